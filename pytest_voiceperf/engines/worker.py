@@ -1,0 +1,93 @@
+"""Engine worker: ``python -m pytest_voiceperf.engines.worker FAMILY``.
+
+Reads JSON requests on stdin, answers one JSON line each on the original stdout.
+Everything the engine prints goes to stderr (the parent's log file), so the
+protocol channel stays clean. Replies: ``{"ok": true, "result": {...}}``,
+``{"ok": false, "kind": "unmeasured"|"error", "error": "..."}`` and, while a call
+runs, any number of ``{"progress": "..."}`` lines.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+_proto = None
+
+
+def progress(msg: str) -> None:
+    """Engines call this to show progress in the pytest terminal."""
+    if _proto is not None:
+        _proto.write(json.dumps({"progress": msg}) + "\n")
+        _proto.flush()
+
+
+def _reply(obj: dict) -> None:
+    _proto.write(json.dumps(obj, default=_default) + "\n")
+    _proto.flush()
+
+
+def _default(o):
+    try:
+        import numpy as np
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+    except ImportError:
+        pass
+    return str(o)
+
+
+def main(argv: list[str]) -> int:
+    global _proto
+    family = argv[1]
+    # keep the protocol on a private copy of stdout; the engine's prints go to stderr
+    _proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from . import FAMILIES
+    from ..probes import Unmeasured
+
+    engine = None
+    for line in sys.stdin:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        op = msg.get("op")
+        if op == "stop":
+            break
+        try:
+            if op == "start":
+                mod = importlib.import_module(FAMILIES[family].module)
+                engine = mod.Engine(**msg.get("spec", {}))
+                _reply({"ok": True, "result": engine.info()})
+            elif op == "call":
+                method = msg["method"]
+                if engine is None or method.startswith("_") or not hasattr(engine, method):
+                    raise AttributeError(f"engine {family} has no method {method!r}")
+                result = getattr(engine, method)(**msg.get("kwargs", {}))
+                _reply({"ok": True, "result": result})
+            else:
+                raise ValueError(f"unknown op {op!r}")
+        except Unmeasured as exc:
+            _reply({"ok": False, "kind": "unmeasured", "error": str(exc)})
+        except BaseException as exc:  # report and keep serving; the parent decides
+            traceback.print_exc()
+            text = f"{type(exc).__name__}: {exc}"
+            _reply({"ok": False, "kind": "error", "error": text[:2000]})
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                break
+    if engine is not None and hasattr(engine, "close"):
+        try:
+            engine.close()
+        except Exception:
+            traceback.print_exc()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

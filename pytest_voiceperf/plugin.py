@@ -1,0 +1,350 @@
+"""All pytest hooks of pytest-voiceperf (entry point ``voiceperf``).
+
+Without ``--voiceperf`` the plugin collects nothing and imports nothing heavy.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .probes import EngineError, Unmeasured
+
+STASH_SESSION = pytest.StashKey["object"]()
+STASH_STATE = pytest.StashKey["object"]()
+
+FAMILY_MARKS = ("hw", "llm", "asr", "tts", "pipeline")
+
+
+def pytest_addhooks(pluginmanager):
+    from . import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("voiceperf", "voice-agent performance claims")
+    g.addoption("--voiceperf", action="store_true", help="collect and measure the claim files")
+    g.addoption("--voiceperf-claims", action="append", default=[], metavar="PATH",
+                help="claim file or folder to run instead of the ini's voiceperf_claims (repeatable)")
+    g.addoption("--voiceperf-json", metavar="PATH", help="write every result with provenance to PATH")
+    g.addoption("--voiceperf-strict", action="store_true", help="an unmeasured claim fails the run")
+    g.addoption("--voiceperf-device", choices=("auto", "cpu", "cuda"), default="auto",
+                help="where probes run (auto: CUDA when present)")
+    g.addoption("--voiceperf-profile", metavar="NAME",
+                help="which cases of each claim run (claims' 'profiles'); default: cpu or cuda by device; "
+                     "'full' runs every case")
+    g.addoption("--voiceperf-model", action="append", default=[], metavar="NAME=PATH",
+                help="use real weights for a catalog model (path or hub id)")
+    g.addoption("--voiceperf-data", action="append", default=[], metavar="NAME=PATH",
+                help="a data set a claim needs (e.g. an ASR manifest)")
+    g.addoption("--voiceperf-spec", action="append", default=[], metavar="KEY=VALUE",
+                help="datasheet figure of this device (mem_bw, bf16_flops, fp16_flops)")
+    g.addoption("--voiceperf-timeout", type=float, metavar="S", help="time limit of one claim case (seconds)")
+    g.addoption("--voiceperf-save", nargs="?", const="run", default=None, metavar="NAME",
+                help="save this run's results as a baseline under .voiceperf/<machine-id>/")
+    g.addoption("--voiceperf-baseline", metavar="PATH|NAME",
+                help="fail figures that regressed significantly against this saved run")
+    g.addoption("--voiceperf-allow-mismatch", action="store_true",
+                help="compare with a baseline from other hardware, engine versions or weights")
+    g.addoption("--voiceperf-gpus", metavar="all|N", help="one pytest-xdist worker per GPU")
+    parser.addini("voiceperf_claims", "claim files or folders", type="paths", default=[])
+    parser.addini("voiceperf_timeout", "time limit of one claim case in seconds", default="900")
+    parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
+    parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
+    parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates", default="0.05")
+    parser.addini("voiceperf_alpha", "significance level of the baseline gate", default="0.05")
+
+
+def _enabled(config) -> bool:
+    return bool(config.getoption("voiceperf", False))
+
+
+def _kv(items: list[str], what: str, convert=str) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise pytest.UsageError(f"--voiceperf-{what} expects NAME=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = convert(v.strip())
+        except ValueError:
+            raise pytest.UsageError(f"--voiceperf-{what} {item!r}: {v!r} is not a number") from None
+    return out
+
+
+class State:
+    """Collection-time state of the plugin in one pytest process."""
+
+    def __init__(self, config):
+        self.config = config
+        self.roots: list[Path] = []
+        self.ids: dict[str, str] = {}  # claim id -> "file:line" of its first definition
+        self._registry = None
+        self.results: dict[str, dict] = {}  # nodeid -> result (filled from reports)
+
+    def pytest_runtest_logreport(self, report):
+        """Results arrive as reports, so the xdist controller sees every worker's."""
+        data = getattr(report, "voiceperf", None)
+        if data is not None and report.when == "call":
+            self.results[report.nodeid] = data
+
+    @property
+    def registry(self):
+        if self._registry is None:
+            from .probes import builtin_registry, collect
+
+            reg = builtin_registry()
+            try:
+                from importlib.metadata import entry_points
+
+                for ep in entry_points(group="pytest_voiceperf.probes"):
+                    for spec in collect(ep.load()):
+                        reg.add(spec)
+            except Exception as exc:  # a broken third-party plugin must not stop the run
+                self.config.issue_config_time_warning(pytest.PytestWarning(f"voiceperf probe entry point: {exc}"), 2)
+            self.config.hook.pytest_voiceperf_add_probes(registry=reg)
+            self._registry = reg
+        return self._registry
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    for m in FAMILY_MARKS:
+        config.addinivalue_line("markers", f"{m}: voiceperf claims measured with {m} probes")
+    config.addinivalue_line("markers", "voiceperf: a voiceperf claim case")
+    config.addinivalue_line("markers", "slow: a long-running engine test")
+    if not _enabled(config):
+        return
+    state = State(config)
+    config.stash[STASH_STATE] = state
+    config.pluginmanager.register(state, "voiceperf-state")
+    explicit = config.getoption("voiceperf_claims")
+    if explicit:
+        roots = [Path(p) for p in explicit]
+    else:
+        roots = list(config.getini("voiceperf_claims")) or [config.rootpath / "claims"]
+    state.roots = [Path(os.path.abspath(r)) for r in roots]
+    from _pytest.config import Config
+
+    if explicit or config.args_source != Config.ArgsSource.ARGS:
+        missing = [str(r) for r in state.roots if not r.exists()]
+        if missing:
+            raise pytest.UsageError(f"voiceperf: claim path not found: {', '.join(missing)}")
+        config.args[:] = [str(r) for r in state.roots]
+    else:
+        state.roots = [Path(os.path.abspath(a.split("::")[0])) for a in config.args]
+    if config.getoption("voiceperf_gpus") and not hasattr(config, "workerinput"):
+        from .gpus import configure_xdist
+
+        configure_xdist(config)
+
+
+def pytest_collect_file(file_path: Path, parent):
+    config = parent.config
+    if not _enabled(config) or file_path.suffix not in (".yaml", ".yml"):
+        return None
+    state = config.stash[STASH_STATE]
+    fp = Path(os.path.abspath(file_path))
+    if not any(fp == r or r in fp.parents for r in state.roots):
+        return None
+    from .collect import ClaimFile
+
+    return ClaimFile.from_parent(parent, path=file_path)
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if not _enabled(config):
+        return
+    from .session import Options, Session
+
+    def ini_float(name):
+        try:
+            return float(config.getini(name))
+        except ValueError:
+            raise pytest.UsageError(f"ini option {name} must be a number") from None
+
+    opts = Options(
+        device=config.getoption("voiceperf_device"),
+        profile=config.getoption("voiceperf_profile"),
+        strict=config.getoption("voiceperf_strict"),
+        json_path=config.getoption("voiceperf_json"),
+        model_overrides=_kv(config.getoption("voiceperf_model"), "model"),
+        data=_kv(config.getoption("voiceperf_data"), "data"),
+        spec_overrides=_kv(config.getoption("voiceperf_spec"), "spec", float),
+        timeout=config.getoption("voiceperf_timeout") or ini_float("voiceperf_timeout"),
+        start_timeout=ini_float("voiceperf_start_timeout"),
+        ceiling_slack=ini_float("voiceperf_ceiling_slack"),
+    )
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker and config.getoption("voiceperf_gpus"):
+        from .gpus import bind_worker
+
+        bind_worker(config)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    vs = Session(opts, config.stash[STASH_STATE].registry, config.rootpath, reporter=reporter, worker=worker)
+    if reporter is not None:
+        reporter._vp_quiet = config.get_verbosity() < 0
+    config.stash[STASH_SESSION] = vs
+
+
+def get_session(config):
+    return config.stash.get(STASH_SESSION, None)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if not _enabled(config):
+        return
+    from .collect import ClaimItem
+
+    vs = get_session(config)
+    profile = vs.profile if vs else (config.getoption("voiceperf_profile") or "cpu")
+    keep, dropped = [], []
+    for item in items:
+        if isinstance(item, ClaimItem) and not item.in_profile(profile, vs.device if vs else "cpu"):
+            dropped.append(item)
+        else:
+            keep.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+    # claims that share an engine run one after the other (one engine start each)
+    order = {id(it): i for i, it in enumerate(items)}
+    items.sort(key=lambda it: (getattr(it, "engine_key", "") or "", order[id(it)]))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    from .collect import ClaimItem, InvalidClaimItem
+
+    if not isinstance(item, (ClaimItem, InvalidClaimItem)):
+        return
+    rep = outcome.get_result()
+    if call.when != "call":
+        if rep.failed:
+            rep.voiceperf_outcome = "error"
+        return
+    exc = call.excinfo.value if call.excinfo else None
+    result = item.result
+    strict = item.config.getoption("voiceperf_strict")
+    if isinstance(exc, Unmeasured):
+        result.outcome = "unmeasured"
+        result.reason = str(exc)
+        if hasattr(rep, "wasxfail"):
+            del rep.wasxfail
+        if strict:
+            rep.outcome = "failed"
+            rep.longrepr = f"{item.location_str()}: unmeasured (--voiceperf-strict): {exc}"
+        else:
+            rep.outcome = "skipped"
+            rep.longrepr = (str(item.path), item.line, f"unmeasured: {exc}")
+    elif isinstance(exc, EngineError) or isinstance(item, InvalidClaimItem):
+        result.outcome = "error"
+        result.reason = str(exc)
+        rep.outcome = "failed"
+        if hasattr(rep, "wasxfail"):
+            del rep.wasxfail
+    elif hasattr(rep, "wasxfail"):
+        result.outcome = "xfailed" if rep.skipped else "xpassed"
+        result.reason = rep.wasxfail if rep.skipped else f"XPASS: {rep.wasxfail}"
+        if rep.failed:  # strict xpass
+            result.reason = f"unexpectedly passed (strict xfail): {item.xfail_reason}"
+    elif rep.passed:
+        result.outcome = "passed"
+    elif rep.failed:
+        result.outcome = "failed"
+        if result.reason == "" and exc is not None:
+            result.reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+    result.duration_s = round(call.duration, 3)
+    rep.voiceperf_outcome = result.outcome
+    rep.voiceperf = result.to_json()
+    rep.user_properties.append(("voiceperf_outcome", result.outcome))
+    if result.value is not None:
+        rep.user_properties.append(("voiceperf_value", result.value))
+
+
+def pytest_report_teststatus(report, config):
+    vo = getattr(report, "voiceperf_outcome", None)
+    if vo == "unmeasured" and report.when == "call":
+        return "unmeasured", "U", ("UNMEASURED", {"yellow": True})
+    if vo == "error":
+        return "error", "E", ("ERROR", {"red": True})
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not _enabled(config):
+        return
+    state = config.stash.get(STASH_STATE, None)
+    if state is None or not state.results:
+        return
+    from .report import terminal_table
+
+    terminal_table(terminalreporter, list(state.results.values()), config)
+    gate = config.stash.get(STASH_GATE, None)
+    if gate is not None:
+        gate.summary(terminalreporter)
+
+
+STASH_GATE = pytest.StashKey["object"]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    yield
+    if not _enabled(config):
+        return
+    vs = get_session(config)
+    if vs is not None:
+        vs.close()
+    if hasattr(config, "workerinput"):
+        return  # the xdist controller writes the one results file
+    state = config.stash.get(STASH_STATE, None)
+    if state is None:
+        return
+    from . import results
+
+    if vs is None:
+        from .session import Options, Session
+
+        vs = Session(Options(device=config.getoption("voiceperf_device")), state.registry, config.rootpath)
+    vs.complete = int(exitstatus) != pytest.ExitCode.INTERRUPTED
+    doc = results.document(vs, list(state.results.values()), config)
+    path = config.getoption("voiceperf_json")
+    if path:
+        results.write(path, doc)
+    save = config.getoption("voiceperf_save")
+    if save and vs.complete:
+        from .storage import save_run
+
+        saved = save_run(doc, config.rootpath, save)
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line(f"voiceperf: saved baseline {saved}")
+
+
+@pytest.fixture(scope="session")
+def voiceperf(request):
+    """The voiceperf session for checks written in Python: ``voiceperf.probe("hw.read_bandwidth")``."""
+    from .session import Options, ProbeContext, Session
+
+    vs = get_session(request.config)
+    if vs is None:
+        state = request.config.stash.get(STASH_STATE, None) or State(request.config)
+        vs = Session(Options(device=request.config.getoption("voiceperf_device")), state.registry,
+                     request.config.rootpath)
+        request.addfinalizer(vs.close)
+    import time
+
+    class _Probes:
+        session = vs
+        device = vs.device
+
+        def probe(self, name: str, **args):
+            return vs.measure(name, args, ProbeContext(vs, time.monotonic() + vs.options.timeout))
+
+    return _Probes()

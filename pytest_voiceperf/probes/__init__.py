@@ -1,0 +1,133 @@
+"""Probes: named measurements a claim's ``measure`` section calls.
+
+A probe is a function ``fn(ctx, **args) -> Measurement`` registered with
+:func:`probe` (or added by a plugin through the ``pytest_voiceperf_add_probes``
+hook, or an installed package's ``pytest_voiceperf.probes`` entry point).
+It declares its outputs (name -> unit) so claim files are checked at collection.
+"""
+from __future__ import annotations
+
+import inspect
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+
+class Unmeasured(Exception):
+    """The case cannot be measured here; the message is the reason (a verdict, not a skip)."""
+
+
+class InvalidMeasurement(Unmeasured):
+    """The figure was obtained but is physically impossible (above a measured ceiling) or broken."""
+
+
+class EngineError(Exception):
+    """The engine crashed, ran out of memory, hung or exited; carries its last log lines."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclass
+class Measurement:
+    values: dict[str, float]
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    # figures the measurement implies, checked against ceilings measured in the same session:
+    # {"read_bw": bytes/s} or {"matmul_flops:bfloat16": FLOP/s}
+    implies: dict[str, float] = field(default_factory=dict)
+
+    def spread(self, name: str) -> tuple[float, float] | None:
+        s = self.samples.get(name)
+        if not s or len(s) < 2:
+            return None
+        return spread(s)
+
+
+def spread(samples: list[float]) -> tuple[float, float]:
+    """(q25, q75) of the samples."""
+    if len(samples) < 2:
+        return (samples[0], samples[0])
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return (q[0], q[2])
+
+
+def summarize(samples: Iterable[float]) -> float:
+    return float(statistics.median(list(samples)))
+
+
+@dataclass
+class ProbeSpec:
+    name: str
+    func: Callable[..., Measurement]
+    outputs: dict[str, str]
+    params: dict[str, Any]
+    doc: str = ""
+    engine: str | None = None  # engine family, for grouping items on one worker
+
+    def __call__(self, ctx, **kwargs) -> Measurement:
+        return self.func(ctx, **kwargs)
+
+
+class Registry:
+    def __init__(self):
+        self._probes: dict[str, ProbeSpec] = {}
+
+    def add(self, spec: ProbeSpec) -> None:
+        self._probes[spec.name] = spec
+
+    def get(self, name: str) -> ProbeSpec | None:
+        return self._probes.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._probes)
+
+    def __iter__(self):
+        return iter(self._probes.values())
+
+
+def probe(name: str, *, outputs: dict[str, str], engine: str | None = None):
+    """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+        params = {
+            p.name: (None if p.default is inspect.Parameter.empty else p.default)
+            for p in list(sig.parameters.values())[1:]
+        }
+        fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine)
+        return fn
+
+    return wrap
+
+
+def collect(module) -> list[ProbeSpec]:
+    return [obj.voiceperf_probe for obj in vars(module).values() if hasattr(obj, "voiceperf_probe")]
+
+
+BUILTIN_MODULES = (
+    "pytest_voiceperf.probes.hw",
+    "pytest_voiceperf.probes.llm",
+    "pytest_voiceperf.probes.asr",
+    "pytest_voiceperf.probes.tts",
+    "pytest_voiceperf.probes.pipeline",
+    "pytest_voiceperf.probes.info",
+)
+
+
+def builtin_registry() -> Registry:
+    """All built-in probes (their modules import no engine or torch at import time)."""
+    import importlib
+
+    reg = Registry()
+    for modname in BUILTIN_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ModuleNotFoundError as exc:
+            if exc.name == modname:
+                continue
+            raise
+        for spec in collect(mod):
+            reg.add(spec)
+    return reg

@@ -1,0 +1,58 @@
+"""Terminal summary table (readable at 100 columns; -q keeps it short)."""
+from __future__ import annotations
+
+from .verdict import fmt_value
+
+MARK = {"passed": "PASS", "failed": "FAIL", "xfailed": "XFAIL", "xpassed": "XPASS",
+        "unmeasured": "UNMEAS", "error": "ERROR"}
+
+
+def _ref(r: dict) -> str:
+    ref = r.get("reference") or {}
+    v = ref.get("value")
+    return "" if v is None else str(v)
+
+
+def row(r: dict) -> tuple[str, str, str, str, str, str]:
+    name = r["nodeid"].split("::")[-1]
+    val = fmt_value(r.get("value"), r.get("unit", "")) if r.get("value") is not None else "-"
+    sp = r.get("spread")
+    if sp and r.get("value"):
+        rel = (sp[1] - sp[0]) / abs(r["value"]) * 100 if r["value"] else 0
+        val += f" ±{rel / 2:.0f}%"
+    margin = f"{r['margin'] * 100:+.0f}%" if r.get("margin") is not None else ""
+    return (MARK.get(r["outcome"], r["outcome"]), name, val, r.get("expect", ""), margin, _ref(r))
+
+
+def terminal_table(tr, results: list[dict], config) -> None:
+    quiet = config.get_verbosity() < 0
+    tr.write_sep("=", "voiceperf claims")
+    if quiet:
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        tr.write_line(", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        for r in results:
+            if r["outcome"] in ("failed", "error"):
+                tr.write_line(f"{MARK[r['outcome']]:<6} {r['nodeid']}: {r.get('reason', '')[:90]}")
+        return
+    rows = [row(r) for r in results]
+    widths = [6, 40, 20, 16, 7]
+    header = ("", "claim", "measured", "expected", "margin", "reference")
+    tr.write_line(_fmt(header, widths))
+    for rw, r in zip(rows, results):
+        kw = {"green": True} if r["outcome"] in ("passed", "xfailed") else \
+             {"red": True} if r["outcome"] in ("failed", "error") else {"yellow": True}
+        tr.write_line(_fmt(rw, widths), **kw)
+        if r["outcome"] in ("unmeasured", "error", "xfailed") and r.get("reason"):
+            tr.write_line(f"       -> {r['reason'][:92]}")
+
+
+def _fmt(cols, widths) -> str:
+    out = []
+    for c, w in zip(cols, widths + [0]):
+        c = str(c)
+        if w and len(c) > w:
+            c = c[: w - 1] + "~"
+        out.append(c.ljust(w) if w else c)
+    return " ".join(out)[:100].rstrip()
