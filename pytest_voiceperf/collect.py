@@ -24,15 +24,16 @@ class ClaimFile(pytest.File):
         try:
             claim = load_claim(self.path, state.registry)
         except ClaimError as err:
+            err.path = self.nodeid  # the path as the user typed it, relative to rootdir
             yield InvalidClaimItem.from_parent(self, name=self.path.stem, error=err)
             return
         first = state.ids.get(claim.id)
         if first is not None:
-            err = ClaimError(self.path, claim.line("id"),
+            err = ClaimError(self.nodeid, claim.line("id"),
                              f"duplicate claim id {claim.id!r}: it is already defined at {first}; give this one another id")
             yield InvalidClaimItem.from_parent(self, name=claim.id, error=err)
             return
-        state.ids[claim.id] = f"{self.path}:{claim.line('id')}"
+        state.ids[claim.id] = f"{self.nodeid}:{claim.line('id')}"
         for case in claim.cases():
             yield ClaimItem.from_parent(self, name=case.name, claim=claim, case=case)
 
@@ -50,7 +51,9 @@ class ClaimItem(pytest.Item):
         self.result = CaseResult(claim=claim.id, nodeid=self.nodeid, params=dict(case.params),
                                  path=str(claim.path), line=self.line)
         families = {_family(c.probe) for c in claim.calls}
-        for fam in families:
+        from .plugin import FAMILY_MARKS
+
+        for fam in families & set(FAMILY_MARKS):
             self.add_marker(fam)
         self.add_marker("voiceperf")
         for m in claim.model.marks:
@@ -96,7 +99,7 @@ class ClaimItem(pytest.Item):
             return True
 
     def location_str(self) -> str:
-        return f"{self.claim.path}:{self.line}"
+        return f"{self.nodeid.split('::')[0]}:{self.line}"
 
     def runtest(self):
         from .plugin import get_session

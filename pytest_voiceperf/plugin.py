@@ -249,9 +249,10 @@ def pytest_runtest_makereport(item, call):
             del rep.wasxfail
     elif hasattr(rep, "wasxfail"):
         result.outcome = "xfailed" if rep.skipped else "xpassed"
-        result.reason = rep.wasxfail if rep.skipped else f"XPASS: {rep.wasxfail}"
-        if rep.failed:  # strict xpass
-            result.reason = f"unexpectedly passed (strict xfail): {item.xfail_reason}"
+        result.reason = rep.wasxfail
+    elif rep.failed and exc is None and getattr(item, "xfail_reason", None):
+        result.outcome = "xpassed"  # strict xfail: the unexpected pass fails the run
+        result.reason = f"unexpectedly passed (strict xfail): {item.xfail_reason}"
     elif rep.passed:
         result.outcome = "passed"
     elif rep.failed:

@@ -1,0 +1,34 @@
+"""Shared bits for the plugin's own tests."""
+import textwrap
+
+# a conftest that adds a deterministic probe, so verdict logic can be tested exactly;
+# real probes (hw.*, engines) are exercised in their own tests.
+CONST_PROBE = textwrap.dedent('''
+    from pytest_voiceperf.probes import Measurement, Unmeasured, probe
+
+    @probe("t.const", outputs={"x": "", "y": ""})
+    def const(ctx, x: float = 1.0, y: float = 2.0, spread: float = 0.0, unmeasured: str = "",
+              implies_bw: float = 0.0):
+        if unmeasured:
+            raise Unmeasured(unmeasured)
+        x, y = float(x), float(y)
+        samples = [x * (1 + spread * d) for d in (-1, -0.5, 0, 0.5, 1)]
+        return Measurement({"x": x, "y": y}, {"x": samples},
+                           implies={"read_bw": float(implies_bw)} if implies_bw else {})
+
+    def pytest_voiceperf_add_probes(registry):
+        registry.add(const.voiceperf_probe)
+''')
+
+
+def claim(id="c-one", metric="m.x", expect="{min: 0.5}", measure="m: {probe: t.const, x: 1.0}", extra=""):
+    return textwrap.dedent(f"""\
+        id: {id}
+        title: a test claim
+        statement: x is big enough
+        measure:
+          {measure}
+        metric: {metric}
+        unit: ""
+        expect: {expect}
+        """) + textwrap.dedent(extra)

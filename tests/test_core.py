@@ -1,0 +1,175 @@
+"""The plugin as a user sees it: collection, verdicts, selection, strict mode, the JSON file."""
+import json
+
+import pytest
+from helpers import CONST_PROBE, claim
+
+
+@pytest.fixture
+def vp(pytester):
+    pytester.makeconftest(CONST_PROBE)
+    pytester.mkdir("claims")
+    return pytester
+
+
+def write(p, name, text):
+    path = p.path / "claims" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_without_flag_nothing_is_collected(vp):
+    write(vp, "a.yaml", claim())
+    vp.makepyfile(test_x="def test_x(): pass")
+    res = vp.runpytest("claims", "test_x.py")
+    res.assert_outcomes(passed=1)
+    assert "c-one" not in res.stdout.str()
+
+
+def test_every_verdict_counted_in_the_final_line(vp):
+    write(vp, "pass.yaml", claim("c-pass", expect="{min: 0.5}"))
+    write(vp, "fail.yaml", claim("c-fail", expect="{min: 5}"))
+    write(vp, "xfail.yaml", claim("c-xfail", expect="{min: 5}", extra="xfail: {reason: known anomaly}\n"))
+    write(vp, "xpass.yaml", claim("c-xpass", expect="{min: 0.5}", extra="xfail: {reason: thought wrong}\n"))
+    write(vp, "unm.yaml", claim("c-unm", measure="m: {probe: t.const, unmeasured: no widget here}"))
+    write(vp, "cuda.yaml", claim("c-cuda", extra="requires: [cuda]\n"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-device", "cpu", "-v")
+    out = res.stdout.str()
+    res.stdout.fnmatch_lines(["*2 failed, 1 passed, 1 xfailed, 2 unmeasured*"])
+    assert "c-xpass XPASS(strict)" in out or "[XPASS(strict)] thought wrong" in out
+    assert "UNMEASURED" in out
+    assert "no widget here" in out
+    assert "no CUDA device" in out
+    assert res.ret == 1
+
+
+def test_item_ids_params_and_failure_points_at_yaml_line(vp):
+    write(vp, "sub/dec.yaml", claim("c-par", metric="m.x * k", expect="{between: [0.5, 1.5]}",
+                                     extra="params:\n  k: [1, 2]\n"))
+    res = vp.runpytest("--voiceperf", "-v")
+    res.stdout.fnmatch_lines([
+        "claims/sub/dec.yaml::c-par[[]1[]] PASSED*",
+        "claims/sub/dec.yaml::c-par[[]2[]] FAILED*",
+    ])
+    out = res.stdout.str()
+    assert "claims/sub/dec.yaml:1: claim c-par [2]" in out
+    assert "measured:  2" in out and "expected:  in [0.5, 1.5]" in out
+
+
+def test_selection_k_m_collect_only_x(vp):
+    write(vp, "a.yaml", claim("c-a", expect="{min: 5}"))
+    write(vp, "b.yaml", claim("c-b"))
+    res = vp.runpytest("--voiceperf", "-k", "c-b")
+    res.assert_outcomes(passed=1, deselected=1)
+    res = vp.runpytest("--voiceperf", "--collect-only", "-q")
+    res.stdout.fnmatch_lines(["claims/a.yaml::c-a", "claims/b.yaml::c-b"])
+    res = vp.runpytest("--voiceperf", "-x")
+    res.assert_outcomes(failed=1)
+    res = vp.runpytest("--voiceperf", "-m", "not voiceperf")
+    res.assert_outcomes(deselected=2)
+
+
+def test_claims_option_runs_other_files_instead(vp):
+    write(vp, "a.yaml", claim("c-a"))
+    other = vp.mkdir("more")
+    (other / "z.yaml").write_text(claim("c-z"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-claims", "more", "-v")
+    res.stdout.fnmatch_lines(["more/z.yaml::c-z PASSED*"])
+    assert "c-a" not in res.stdout.str()
+
+
+def test_json_file_and_strict(vp):
+    write(vp, "a.yaml", claim("c-a", extra="reference: {value: '86-98%', hardware: 8 GB GPU}\n"))
+    write(vp, "u.yaml", claim("c-u", measure="m: {probe: t.const, unmeasured: engine not installed}"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "out.json")
+    assert res.ret == 0
+    doc = json.loads((vp.path / "out.json").read_text())
+    assert doc["provenance"]["complete"] is True
+    assert doc["provenance"]["device"] in ("cpu", "cuda")
+    by = {r["claim"]: r for r in doc["results"]}
+    a = by["c-a"]
+    assert a["outcome"] == "passed" and a["value"] == 1.0 and a["nodeid"] == "claims/a.yaml::c-a"
+    assert len(a["samples"]) == 5 and a["reference"]["value"] == "86-98%"
+    assert by["c-u"]["outcome"] == "unmeasured" and by["c-u"]["reason"] == "engine not installed"
+    res = vp.runpytest("--voiceperf", "--voiceperf-strict")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["*1 passed, 1 unmeasured*"])
+
+
+def test_junitxml(vp):
+    write(vp, "a.yaml", claim("c-a"))
+    write(vp, "u.yaml", claim("c-u", measure="m: {probe: t.const, unmeasured: nope}"))
+    res = vp.runpytest("--voiceperf", "--junitxml", "j.xml")
+    xml = (vp.path / "j.xml").read_text()
+    assert 'name="c-a"' in xml and "unmeasured: nope" in xml
+    assert res.ret == 0
+
+
+def test_too_noisy_is_unmeasured(vp):
+    write(vp, "n.yaml", claim("c-n", measure="m: {probe: t.const, x: 1.0, spread: 0.5}"))
+    res = vp.runpytest("--voiceperf", "-v")
+    res.stdout.fnmatch_lines(["*UNMEASURED*", "*too noisy*"])
+
+
+def test_figure_above_measured_ceiling_is_invalid_not_a_pass(vp):
+    # implies 1 PB/s of reads: no memory system does that; the real read bandwidth is measured
+    write(vp, "c.yaml", claim("c-c", measure="m: {probe: t.const, implies_bw: 1.0e15}",
+                              extra="measure_note: x\n".replace("measure_note: x\n", "")))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    doc = json.loads((vp.path / "o.json").read_text())
+    r = doc["results"][0]
+    assert r["outcome"] == "unmeasured"
+    assert "measurement invalid" in r["reason"] and "measured read bandwidth" in r["reason"]
+
+
+def test_profile_deselects_cases(vp):
+    write(vp, "p.yaml", claim("c-p", metric="m.x", extra="params:\n  size: [small, big]\n"
+                                                          "profiles:\n  cpu: \"size == 'small'\"\n"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-device", "cpu")
+    res.assert_outcomes(passed=1, deselected=1)
+    res = vp.runpytest("--voiceperf", "--voiceperf-profile", "full")
+    res.assert_outcomes(passed=2)
+
+
+def test_probe_fixture_for_python_checks(vp):
+    vp.makepyfile(test_py="""
+        def test_bw(voiceperf):
+            m = voiceperf.probe("hw.read_bandwidth", mib=32, reps=3)
+            assert m.values["read_bw"] > 1e8
+            assert voiceperf.probe("hw.read_bandwidth", mib=32, reps=3) is m   # measured once
+    """)
+    res = vp.runpytest("test_py.py")
+    res.assert_outcomes(passed=1)
+
+
+def test_real_hw_probes_small(vp):
+    write(vp, "hw.yaml", """\
+id: hw-small
+title: copy below read
+statement: copy moves fewer bytes per second than a read-only sum
+measure:
+  rd: {probe: hw.read_bandwidth, mib: 64}
+  cp: {probe: hw.copy_bandwidth, mib: 64}
+metric: cp.copy_bw / rd.read_bw
+unit: ratio
+expect: {between: [0.05, 3.0]}
+noise: {max_rel_spread: 50}
+""")
+    write(vp, "mm.yaml", """\
+id: hw-mm
+title: matmul runs
+statement: float32 matmul throughput is measured
+measure:
+  mm: {probe: hw.matmul, dtype: float32, n: 256}
+metric: mm.flops
+unit: FLOP/s
+expect: {min: 1.0e8}
+""")
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    res.assert_outcomes(passed=2)
+    doc = json.loads((vp.path / "o.json").read_text())
+    for r in doc["results"]:
+        assert r["probes"]
+        for p in r["probes"].values():
+            assert len(next(iter(p["samples"].values()))) >= 5
