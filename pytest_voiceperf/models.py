@@ -80,3 +80,69 @@ def get(name: str) -> ModelSpec | None:
 
 def names(family: str | None = None) -> list[str]:
     return sorted(n for n, s in CATALOG.items() if family is None or s.family == family)
+
+
+# TTS: VoxCPM2 (voxcpm 2.0.3). The full-size config is the public openbmb/VoxCPM2 config.json
+# (2,384,218,498 parameters); the tiny one keeps its structure (patch of 4 latent frames of 40 ms,
+# 64-dim latents, 48 kHz output through the same VAE strides) at test size.
+_VOXCPM2_ROPE = [
+    0.9977997200264581, 1.014658295992452, 1.0349680404997148, 1.059429246056193, 1.0888815016813513,
+    1.1243301355211495, 1.166977103606075, 1.2182568066927284, 1.2798772354275727, 1.3538666751582975,
+    1.4426259039919596, 1.5489853358570191, 1.6762658237220625, 1.8283407612492941, 2.0096956085876183,
+    2.225478927469756, 2.481536379650452, 2.784415934557119, 3.1413289096347365, 3.560047844772632,
+    4.048719380066383, 4.615569542115128, 5.2684819496549835, 6.014438591970396, 6.858830049237097,
+    7.804668263503327, 8.851768731513417, 9.99600492938444, 11.228766118181639, 12.536757560834843,
+    13.902257701387796, 15.303885189125953, 16.717837610115794, 18.119465097853947, 19.484965238406907,
+    20.792956681060105, 22.02571786985731, 23.16995406772833, 24.217054535738416, 25.16289275000465,
+    26.007284207271347, 26.753240849586767, 27.40615325712662, 27.973003419175363, 28.461674954469114,
+    28.880393889607006, 29.237306864684626, 29.540186419591297, 29.79624387177199, 30.01202719065413,
+    30.193382037992453, 30.34545697551969, 30.47273746338473, 30.579096895249787, 30.66785612408345,
+    30.741845563814174, 30.80346599254902, 30.85474569563567, 30.897392663720595, 30.932841297560394,
+    30.962293553185553, 30.986754758742034, 31.007064503249293, 31.02392307921529,
+]
+
+
+def _voxcpm2(hidden, layers, heads, kv_heads, kv_channels, inter, vocab, res_layers, local_dim, local_ffn,
+             local_heads, local_layers, vae_enc, vae_dec, rope=None, max_length=8192):
+    # the local encoder and the diffusion transformer reuse the LM's RoPE table: same kv_channels
+    rope = rope or [1.0 + i / (kv_channels // 2) for i in range(kv_channels // 2)]
+    return {
+        "architecture": "voxcpm2",
+        "lm_config": {
+            "bos_token_id": 1, "eos_token_id": 2, "hidden_size": hidden, "intermediate_size": inter,
+            "max_position_embeddings": 32768, "num_attention_heads": heads, "num_hidden_layers": layers,
+            "num_key_value_heads": kv_heads, "rms_norm_eps": 1e-05, "rope_theta": 10000, "kv_channels": kv_channels,
+            "rope_scaling": {"type": "longrope", "long_factor": list(rope), "short_factor": list(rope),
+                             "original_max_position_embeddings": 32768},
+            "vocab_size": vocab, "use_mup": False, "scale_emb": 12, "dim_model_base": 256, "scale_depth": 1.4,
+        },
+        "patch_size": 4,
+        "feat_dim": 64,
+        "scalar_quantization_latent_dim": 512,
+        "scalar_quantization_scale": 9,
+        "residual_lm_num_layers": res_layers,
+        "residual_lm_no_rope": True,
+        "encoder_config": {"hidden_dim": local_dim, "ffn_dim": local_ffn, "num_heads": local_heads,
+                           "num_layers": local_layers, "kv_channels": kv_channels},
+        "dit_config": {"hidden_dim": local_dim, "ffn_dim": local_ffn, "num_heads": local_heads,
+                       "num_layers": local_layers, "kv_channels": kv_channels, "mean_mode": False,
+                       "cfm_config": {"sigma_min": 1e-06, "solver": "euler", "t_scheduler": "log-norm",
+                                      "inference_cfg_rate": 2.0}},
+        "audio_vae_config": {"encoder_dim": vae_enc, "encoder_rates": [2, 5, 8, 8], "latent_dim": 64,
+                             "decoder_dim": vae_dec, "decoder_rates": [8, 6, 5, 2, 2, 2],
+                             "sr_bin_boundaries": [20000, 30000, 40000], "sample_rate": 16000,
+                             "out_sample_rate": 48000},
+        "max_length": max_length,
+        "device": "cuda",
+        "dtype": "bfloat16",
+    }
+
+
+_add(ModelSpec("voxcpm2", "tts",
+               _voxcpm2(2048, 28, 16, 2, 128, 6144, 73448, 8, 1024, 4096, 16, 12, 128, 2048, rope=_VOXCPM2_ROPE),
+               "VoxCPM2 (openbmb/VoxCPM2 config; 2.38B parameters; 160 ms of audio per patch)",
+               defaults={"engine": "voxcpm", "audio_s_per_patch": 0.16}))
+_add(ModelSpec("voxcpm2-tiny", "tts",
+               _voxcpm2(256, 4, 4, 2, 64, 768, 512, 2, 128, 512, 2, 2, 16, 128, max_length=1024),
+               "VoxCPM2 architecture at test size (same patch, latent and VAE strides; a few M parameters)",
+               defaults={"engine": "voxcpm", "audio_s_per_patch": 0.16}))

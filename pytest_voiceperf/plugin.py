@@ -13,6 +13,7 @@ from .probes import EngineError, Unmeasured
 
 STASH_SESSION = pytest.StashKey["object"]()
 STASH_STATE = pytest.StashKey["object"]()
+STASH_GATE = pytest.StashKey["object"]()
 
 FAMILY_MARKS = ("hw", "llm", "asr", "tts", "pipeline")
 
@@ -188,6 +189,27 @@ def pytest_sessionstart(session):
     if reporter is not None:
         reporter._vp_quiet = config.get_verbosity() < 0
     config.stash[STASH_SESSION] = vs
+    baseline = config.getoption("voiceperf_baseline")
+    if baseline:
+        config.stash[STASH_GATE] = _load_gate(config, vs, baseline)
+
+
+def _load_gate(config, vs, spec):
+    from . import gate, storage
+
+    try:
+        path, doc = storage.load(spec, config.rootpath, vs.provenance()["machine_id"])
+    except (FileNotFoundError, ValueError) as exc:
+        raise pytest.UsageError(f"voiceperf baseline: {exc}") from None
+    cur = vs.provenance()
+    cur["models"] = {n: {"dummy": n not in vs.options.model_overrides} for n in doc["provenance"].get("models", {})}
+    bad = gate.mismatches(doc["provenance"], cur)
+    if bad and not config.getoption("voiceperf_allow_mismatch"):
+        raise pytest.UsageError(
+            f"voiceperf baseline {path} was measured on a different setup, comparing would mislead: "
+            + "; ".join(bad) + ". Pass --voiceperf-allow-mismatch to compare anyway.")
+    return gate.Gate(str(path), doc, tolerance=float(config.getini("voiceperf_tolerance")),
+                     alpha=float(config.getini("voiceperf_alpha")))
 
 
 def get_session(config):
@@ -260,6 +282,22 @@ def pytest_runtest_makereport(item, call):
         if result.reason == "" and exc is not None:
             result.reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
     result.duration_s = round(call.duration, 3)
+    g = item.config.stash.get(STASH_GATE, None)
+    if g is not None and result.value is not None and result.outcome in ("passed", "failed", "xpassed"):
+        comps = g.check(result.to_json())
+        result.baseline = [c.__dict__ for c in comps]
+        regressed = [c for c in comps if c.verdict == "regressed"]
+        if regressed:
+            text = "\n".join("  " + c.text() for c in regressed)
+            msg = (f"{item.location_str()}: claim {item.name} regressed against baseline {g.baseline_path}\n{text}\n"
+                   f"  (a change beyond {g.tolerance * 100:g}% tolerance, significant at alpha {g.alpha:g})")
+            if result.outcome == "passed":
+                rep.outcome = "failed"
+                rep.longrepr = msg
+            else:
+                rep.longrepr = f"{rep.longrepr}\n{msg}"
+            result.outcome = "failed"
+            result.reason = "regressed: " + "; ".join(c.text() for c in regressed)
     rep.voiceperf_outcome = result.outcome
     rep.voiceperf = result.to_json()
     rep.user_properties.append(("voiceperf_outcome", result.outcome))
@@ -288,9 +326,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
         gate.summary(terminalreporter)
-
-
-STASH_GATE = pytest.StashKey["object"]()
 
 
 @pytest.hookimpl(hookwrapper=True)

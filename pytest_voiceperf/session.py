@@ -61,6 +61,7 @@ class CaseResult:
     higher_is_better: bool | None = None
     tolerance: float | None = None
     worker: str | None = None
+    baseline: list | None = None  # comparisons with the baseline run, when one was given
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -293,8 +294,10 @@ class Session:
             m = self.measure(call.probe, call.args, ctx)
             outputs[call.alias] = m.values
             samples[call.alias] = m.samples
+            spec = self.registry.get(call.probe)
             result.probes[call.alias] = {"probe": call.probe, "args": call.args, "values": m.values,
-                                         "samples": m.samples, "info": m.info}
+                                         "samples": m.samples, "info": m.info,
+                                         "units": dict(spec.outputs) if spec else {}}
             if time.monotonic() > deadline:
                 raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s was hit")
         names = dict(case.params)

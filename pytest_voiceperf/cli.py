@@ -1,0 +1,142 @@
+"""``voiceperf``: list, validate, compare and report claims and results outside pytest."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _claim_files(paths: list[str]) -> list[Path]:
+    out = []
+    for p in paths or ["claims"]:
+        path = Path(p)
+        if path.is_dir():
+            out += sorted(q for q in path.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
+        elif path.exists():
+            out.append(path)
+        else:
+            print(f"{p}: no such file or folder", file=sys.stderr)
+    return out
+
+
+def _registry():
+    from .probes import builtin_registry
+
+    return builtin_registry()
+
+
+def cmd_list(args) -> int:
+    from .claims import ClaimError, load_claim
+
+    reg = _registry()
+    bad = 0
+    for f in _claim_files(args.paths):
+        try:
+            c = load_claim(f, reg)
+        except ClaimError as e:
+            print(f"INVALID {e.render()}")
+            bad += 1
+            continue
+        params = ", ".join(f"{k}={v}" for k, v in c.model.params.items()) or "-"
+        probes = ", ".join(sorted({call.probe for call in c.calls}))
+        req = ", ".join(c.model.requires) or "-"
+        print(f"{c.id}  ({f})\n    {c.model.title}\n    params: {params}\n    probes: {probes}\n"
+              f"    requires: {req}\n    expect: {c.model.metric} {c.model.expect.describe()} [{c.model.unit}]")
+    return 1 if bad else 0
+
+
+def cmd_validate(args) -> int:
+    from .claims import ClaimError, load_claim
+
+    reg = _registry()
+    ok = bad = 0
+    ids: dict[str, str] = {}
+    for f in _claim_files(args.paths):
+        try:
+            c = load_claim(f, reg)
+        except ClaimError as e:
+            print(e.render())
+            bad += 1
+            continue
+        where = f"{f}:{c.line('id')}"
+        if c.id in ids:
+            print(f"{where}: duplicate claim id {c.id!r}: it is already defined at {ids[c.id]}")
+            bad += 1
+            continue
+        ids[c.id] = where
+        ok += 1
+    print(f"{ok} valid, {bad} invalid")
+    return 1 if bad else 0
+
+
+def cmd_compare(args) -> int:
+    from . import gate
+    from .results import read
+
+    try:
+        old, new = read(args.old), read(args.new)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    bad = gate.mismatches(old["provenance"], new["provenance"])
+    if bad and not args.allow_mismatch:
+        print("refusing to compare runs of different setups: " + "; ".join(bad) +
+              " (use --allow-mismatch to compare anyway)", file=sys.stderr)
+        return 2
+    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha)
+    regressed = improved = 0
+    for r in new["results"]:
+        if r.get("value") is None:
+            continue
+        for c in g.check(r):
+            if c.verdict == "regressed":
+                regressed += 1
+            if c.verdict == "improved":
+                improved += 1
+            if c.verdict in ("regressed", "improved") or args.verbose:
+                print(f"{c.verdict.upper():<10} {r['nodeid']}  {c.text()}")
+    print(f"{regressed} regressed, {improved} improved, {len(g.seen)} compared "
+          f"(tolerance {args.tolerance * 100:g}%, alpha {args.alpha:g}, Mann-Whitney U)")
+    return 1 if (regressed and args.fail) else 0
+
+
+def cmd_report(args) -> int:
+    from .html_report import write_report
+
+    try:
+        out = write_report(args.results, args.output)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"wrote {out['html']} and {out['markdown']} ({len(out['plots'])} plots)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="voiceperf", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("list", help="the claims, their params and what they need")
+    s.add_argument("paths", nargs="*")
+    s.set_defaults(fn=cmd_list)
+    s = sub.add_parser("validate", help="schema and expression check with file:line errors")
+    s.add_argument("paths", nargs="+")
+    s.set_defaults(fn=cmd_validate)
+    s = sub.add_parser("compare", help="compare two results files as the baseline gate does")
+    s.add_argument("old")
+    s.add_argument("new")
+    s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed")
+    s.add_argument("--tolerance", type=float, default=0.05)
+    s.add_argument("--alpha", type=float, default=0.05)
+    s.add_argument("--allow-mismatch", action="store_true")
+    s.add_argument("-v", "--verbose", action="store_true")
+    s.set_defaults(fn=cmd_compare)
+    s = sub.add_parser("report", help="HTML and Markdown report with plots")
+    s.add_argument("results")
+    s.add_argument("-o", "--output", default="voiceperf-report")
+    s.set_defaults(fn=cmd_report)
+    args = p.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,576 @@
+"""NVIDIA NeMo cache-aware streaming FastConformer-RNNT, run in the engine worker process.
+
+The model is either
+- a real checkpoint (``weights``: a ``.nemo`` file or a pretrained name), or
+- built with random weights from ``assets/fastconformer_rnnt_cache_aware.yaml`` (NeMo's
+  cache-aware char transducer config without its data sections) with the catalog's shape
+  (``config``: n_layers, d_model, n_heads, ...). Speed does not depend on weight values, but a
+  random joint network rarely predicts blank, so greedy decoding would emit the maximum number of
+  symbols per frame; with random weights the blank logit is biased so decoding costs what a
+  trained model's does on mostly-blank frames (said in ``info``).
+
+Streaming follows NeMo's ``speech_to_text_cache_aware_streaming_infer.py``:
+``encoder.set_default_att_context_size([left, right])``, ``CacheAwareStreamingAudioBuffer`` and
+``model.conformer_stream_step`` with the caches carried from step to step. Encoder FLOPs are
+counted with ``torch.utils.flop_counter.FlopCounterMode`` (matmul, convolution and attention
+ops as dispatched) in an untimed pass; timed passes run without it.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import re
+import statistics
+import time
+import unicodedata
+from pathlib import Path
+
+from .worker import progress
+
+ASSET = Path(__file__).resolve().parent.parent / "assets" / "fastconformer_rnnt_cache_aware.yaml"
+BLANK_BIAS = 40.0  # added to the blank logit of a random joint (see module doc)
+
+
+def _unmeasured(msg: str):
+    from ..probes import Unmeasured as U
+
+    return U(msg)
+
+
+# -- configuration ---------------------------------------------------------------------------
+def build_config(shape: dict | None) -> dict:
+    """NeMo model config (a plain dict) from the asset and a catalog shape."""
+    import yaml
+
+    cfg = yaml.safe_load(ASSET.read_text())
+    s = dict(shape or {})
+    enc = cfg["encoder"]
+    for k in ("n_layers", "d_model", "n_heads", "conv_kernel_size", "subsampling_factor",
+              "subsampling_conv_channels", "ff_expansion_factor", "att_context_style", "subsampling"):
+        if k in s:
+            enc[k] = s[k]
+    if "att_context_size" in s:
+        enc["att_context_size"] = [list(x) for x in s["att_context_size"]]
+    if "feat_in" in s:
+        enc["feat_in"] = cfg["preprocessor"]["features"] = s["feat_in"]
+    pred = cfg["decoder"]["prednet"]
+    pred["pred_hidden"] = s.get("pred_hidden", pred["pred_hidden"])
+    pred["pred_rnn_layers"] = s.get("pred_rnn_layers", pred["pred_rnn_layers"])
+    cfg["joint"]["jointnet"]["joint_hidden"] = s.get("joint_hidden", cfg["joint"]["jointnet"]["joint_hidden"])
+    if "labels" in s:
+        cfg["labels"] = list(s["labels"])
+    cfg["model_defaults"] = {"enc_hidden": enc["d_model"], "pred_hidden": pred["pred_hidden"],
+                             "joint_hidden": cfg["joint"]["jointnet"]["joint_hidden"]}
+    for sec in ("train_ds", "validation_ds", "test_ds", "optim", "spec_augment"):
+        cfg.pop(sec, None)
+    return cfg
+
+
+def load_audio(path: str, sr: int = 16000):
+    """Mono float32 samples at ``sr`` (resampled if the file has another rate)."""
+    import numpy as np
+    import soundfile as sf
+
+    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    data = data.mean(axis=1)
+    if rate != sr:
+        from scipy.signal import resample_poly
+
+        g = math.gcd(int(rate), sr)
+        data = resample_poly(data, sr // g, int(rate) // g).astype(np.float32)
+    return np.ascontiguousarray(data, dtype=np.float32)
+
+
+def read_manifest(path: str) -> list[dict]:
+    """NeMo manifest: one JSON object per line with audio_filepath and text (relative paths are
+    taken from the manifest's folder)."""
+    base = Path(path).resolve().parent
+    out = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ValueError(f"{path}:{n}: not a JSON line") from None
+        if "audio_filepath" not in row or "text" not in row:
+            raise ValueError(f"{path}:{n}: a NeMo manifest line needs audio_filepath and text")
+        p = Path(row["audio_filepath"])
+        row["audio_filepath"] = str(p if p.is_absolute() else base / p)
+        out.append(row)
+    return out
+
+
+_TAG = re.compile(r"<[^<>]{1,20}>")
+_PUNCT = re.compile(r"[^\w\s']|_", re.UNICODE)
+
+
+def normalize_text(s: str) -> str:
+    """NFC, lower case, language tags like <ko-KR> and punctuation removed, spaces collapsed."""
+    s = unicodedata.normalize("NFC", s or "")
+    s = _TAG.sub(" ", s).lower()
+    s = _PUNCT.sub(" ", s)
+    return " ".join(s.split())
+
+
+def cer_scores(refs: list[str], hyps: list[str]) -> dict:
+    """jiwer CER per utterance (an empty hypothesis scores 1.0), their mean, and the corpus CER."""
+    import jiwer
+
+    per, empty = [], 0
+    rn = [normalize_text(r) for r in refs]
+    hn = [normalize_text(h) for h in hyps]
+    for r, h in zip(rn, hn):
+        if not h:
+            empty += 1
+        if not r:
+            per.append(0.0 if not h else 1.0)
+            continue
+        per.append(float(jiwer.cer(r, h)) if h else 1.0)
+    pairs = [(r, h) for r, h in zip(rn, hn) if r]
+    corpus = float(jiwer.cer([r for r, _ in pairs], [h if h else "" for _, h in pairs])) if pairs else 0.0
+    return {"cer": statistics.fmean(per) if per else 0.0, "corpus_cer": corpus, "empty": empty,
+            "n": len(per), "per_utterance": per}
+
+
+# -- the engine -------------------------------------------------------------------------------
+class Engine:
+    def __init__(self, model: str = "asr", config: dict | None = None, weights: str | None = None,
+                 device: str = "cpu", dtype: str = "float32", blank_bias: float | None = None, **_):
+        import torch
+
+        t0 = time.perf_counter()
+        progress("nemo: importing nemo.collections.asr")
+        import nemo
+        import nemo.collections.asr as nemo_asr
+        from omegaconf import OmegaConf, open_dict
+
+        self.torch = torch
+        self.name = model
+        self.device = "cuda" if device == "cuda" else "cpu"
+        self.dtype = dtype or "float32"
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise _unmeasured(f"dtype {self.dtype!r} is not float32, bfloat16 or float16")
+        if self.dtype == "float16" and self.device == "cpu":
+            raise _unmeasured("float16 autocast is not supported on the CPU; use float32 or bfloat16")
+        self.weights = weights
+        self.dummy = not weights
+        self.import_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        if weights:
+            progress(f"nemo: loading {weights}")
+            if str(weights).endswith(".nemo") or os.path.exists(str(weights)):
+                m = nemo_asr.models.ASRModel.restore_from(restore_path=str(weights), map_location="cpu")
+            else:
+                m = nemo_asr.models.ASRModel.from_pretrained(model_name=str(weights), map_location="cpu")
+        else:
+            progress(f"nemo: building {model} with random weights")
+            torch.manual_seed(0)
+            m = nemo_asr.models.EncDecRNNTModel(cfg=OmegaConf.create(build_config(config)))
+        if not hasattr(m, "conformer_stream_step") or not hasattr(m.encoder, "set_default_att_context_size"):
+            raise _unmeasured(f"{type(m).__name__} has no cache-aware streaming encoder")
+        # greedy decoding as NeMo's cache-aware streaming script sets it up
+        if hasattr(m, "joint"):
+            dcfg = copy.deepcopy(m.cfg.decoding)
+            with open_dict(dcfg):
+                dcfg.strategy = "greedy_batch"
+                dcfg.preserve_alignments = False
+                dcfg.greedy.max_symbols = 10
+                dcfg.greedy.use_cuda_graph_decoder = False
+                dcfg.fused_batch_size = -1
+            try:
+                m.change_decoding_strategy(dcfg, verbose=False)
+            except TypeError:  # models whose method takes no verbose flag
+                m.change_decoding_strategy(dcfg)
+        self.blank_bias = None
+        if self.dummy and hasattr(m, "joint"):
+            bias = BLANK_BIAS if blank_bias is None else float(blank_bias)
+            last = m.joint.joint_net[-1]
+            with torch.no_grad():
+                last.bias[-1] += bias  # blank is the last class (blank_as_pad)
+            self.blank_bias = bias
+        m.eval()
+        m = m.to(self.device)
+        self.model = m
+        self.enc = m.encoder
+        self.load_s = time.perf_counter() - t1
+        self.params = sum(p.numel() for p in m.parameters())
+        self.nemo_version = getattr(nemo, "__version__", "?")
+        pre = m.cfg.preprocessor
+        self.window_stride = float(pre.get("window_stride", 0.01))
+        self.sample_rate = int(pre.get("sample_rate", 16000))
+        self._audio_cache: dict[str, object] = {}
+
+    # -- helpers ------------------------------------------------------------------------
+    def info(self) -> dict:
+        torch = self.torch
+        info = {
+            "engine": "nemo", "nemo_version": self.nemo_version, "torch": torch.__version__,
+            "model": self.name, "class": type(self.model).__name__, "device": self.device, "dtype": self.dtype,
+            "dummy": self.dummy, "weights": self.weights, "params": self.params,
+            "weight_bytes": sum(p.numel() * p.element_size() for p in self.model.parameters()),
+            "n_layers": len(self.enc.layers), "d_model": self.enc.d_model,
+            "subsampling_factor": self.enc.subsampling_factor,
+            "att_context_size_all": [list(map(int, a)) for a in self.enc.att_context_size_all],
+            "import_s": round(self.import_s, 2), "load_s": round(self.load_s, 2),
+            "threads": torch.get_num_threads(),
+        }
+        if self.blank_bias is not None:
+            info["decoding_note"] = (f"random weights: the joint's blank logit is biased by +{self.blank_bias:g} so "
+                                     "greedy decoding emits blanks like a trained model on most frames (one joint step "
+                                     "per frame); a trained model adds a prediction-net + joint step per emitted symbol")
+        return info
+
+    def _threads(self, threads) -> int:
+        t = int(threads or 0)
+        if t > 0:
+            self.torch.set_num_threads(t)
+        return self.torch.get_num_threads()
+
+    def _autocast(self):
+        torch = self.torch
+        if self.dtype == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast(self.device, dtype=getattr(torch, self.dtype))
+
+    def _sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _set_rc(self, right_context) -> list[int]:
+        r = int(right_context)
+        for a in self.enc.att_context_size_all:
+            a = [int(x) for x in a]
+            if a[-1] == r:
+                self.enc.set_default_att_context_size(a)
+                return a
+        rights = sorted({int(a[-1]) for a in self.enc.att_context_size_all})
+        raise _unmeasured(f"the model has no look-ahead of {r} frames; it supports right contexts {rights}")
+
+    def _audio(self, path: str):
+        a = self._audio_cache.get(path)
+        if a is None:
+            a = load_audio(path, self.sample_rate)
+            self._audio_cache[path] = a
+        return a
+
+    def _buffer(self, audios: list):
+        from nemo.collections.asr.parts.utils.streaming_utils import CacheAwareStreamingAudioBuffer
+
+        buf = CacheAwareStreamingAudioBuffer(model=self.model, online_normalization=False,
+                                             pad_and_drop_preencoded=False)
+        for a in audios:
+            buf.append_audio(a, stream_id=-1)
+        return buf
+
+    def _stream_once(self, buf, count_flops: bool = False, keep_outputs: bool = False) -> dict:
+        """One cache-aware streaming pass over the buffer (all its streams at once)."""
+        torch = self.torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        enc = self.enc
+        model = self.model
+        buf.reset_buffer_pointer()
+        batch = len(buf.streams_length)
+        caches = enc.get_initial_cache_state(batch_size=batch)
+        frames, flops, outs = [], [], []
+        orig = type(enc).cache_aware_stream_step
+
+        def wrapped(*a, **kw):
+            if count_flops:
+                with FlopCounterMode(display=False) as fc:
+                    r = orig(enc, *a, **kw)
+                flops.append(float(fc.get_total_flops()))
+            else:
+                r = orig(enc, *a, **kw)
+            frames.append(int(r[1][0]))
+            if keep_outputs:
+                outs.append(r[0][0, :, : int(r[1][0])].float().cpu())
+            return r
+
+        enc.cache_aware_stream_step = wrapped
+        times = []
+        hyps = None
+        prev_pred = None
+        try:
+            for step, (chunk, chunk_len) in enumerate(buf):
+                drop = 0 if step == 0 else enc.streaming_cfg.drop_extra_pre_encoded
+                self._sync()
+                t0 = time.perf_counter()
+                with torch.inference_mode(), self._autocast():
+                    res = model.conformer_stream_step(
+                        processed_signal=chunk, processed_signal_length=chunk_len,
+                        cache_last_channel=caches[0], cache_last_time=caches[1], cache_last_channel_len=caches[2],
+                        keep_all_outputs=buf.is_buffer_empty(), previous_hypotheses=hyps,
+                        previous_pred_out=prev_pred, drop_extra_pre_encoded=drop, return_transcription=True)
+                self._sync()
+                times.append(time.perf_counter() - t0)
+                prev_pred, texts, c0, c1, c2, hyps = res
+                caches = (c0, c1, c2)
+        finally:
+            del enc.cache_aware_stream_step
+        texts = [getattr(h, "text", h) if h is not None else "" for h in (hyps or [])]
+        return {"times": times, "frames": frames, "flops": flops, "outs": outs, "texts": texts}
+
+    def _offline(self, buf, count_flops: bool = True) -> dict:
+        """The whole clip through the encoder at once (same look-ahead mask)."""
+        torch = self.torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        sig, lens = buf.get_all_audios()
+        fc = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
+        self._sync()
+        t0 = time.perf_counter()
+        with torch.inference_mode(), self._autocast(), fc:
+            enc, enc_len = self.model.encoder(audio_signal=sig, length=lens)
+        self._sync()
+        dt = time.perf_counter() - t0
+        return {"frames": int(enc_len[0]), "flops": float(fc.get_total_flops()) if count_flops else None,
+                "out": enc[0, :, : int(enc_len[0])].float().cpu(), "s": dt}
+
+    def _streaming_cfg(self) -> dict:
+        sc = self.enc.streaming_cfg
+        return {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in vars(sc).items()}
+
+    # -- methods --------------------------------------------------------------------------
+    def streaming_config(self, right_context: int = 0) -> dict:
+        """The streaming settings the model itself reports for one look-ahead."""
+        att = self._set_rc(right_context)
+        sc = self._streaming_cfg()
+        stride_ms = self.window_stride * 1000.0
+        sub = int(self.enc.subsampling_factor)
+        frame_ms = sub * stride_ms
+        last = lambda v: v[-1] if isinstance(v, list) else v  # noqa: E731
+        first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
+        c0, c1, c2 = self.enc.get_initial_cache_state(batch_size=1)
+        return {
+            "att_context_size": att,
+            "left_context_frames": int(att[0]), "right_context_frames": int(att[-1]),
+            "streaming_cfg": sc,
+            "feature_stride_ms": stride_ms, "subsampling_factor": sub, "frame_ms": frame_ms,
+            "chunk_mel_frames": last(sc["chunk_size"]), "shift_mel_frames": last(sc["shift_size"]),
+            "first_chunk_mel_frames": first(sc["chunk_size"]),
+            "chunk_ms": last(sc["shift_size"]) * stride_ms,
+            "chunk_frames": last(sc["shift_size"]) // sub,
+            "valid_out_len": sc.get("valid_out_len"),
+            "left_context_s": sc["last_channel_cache_size"] * frame_ms / 1000.0,
+            "last_channel_cache_size": sc["last_channel_cache_size"],
+            "pre_encode_cache_size": last(sc["pre_encode_cache_size"]),
+            "drop_extra_pre_encoded": sc["drop_extra_pre_encoded"],
+            "cache_last_channel_shape": list(c0.shape), "cache_last_time_shape": list(c1.shape),
+        }
+
+    def stream(self, right_context: int = 0, audio: str = "", threads: int = 0, reps: int = 3,
+               flops: bool = True) -> dict:
+        """Cache-aware streaming of one clip: frames vs offline, per-chunk latency, RTF, FLOPs."""
+        torch = self.torch
+        att = self._set_rc(right_context)
+        nthreads = self._threads(threads)
+        a = self._audio(audio)
+        dur = len(a) / self.sample_rate
+        buf = self._buffer([a])
+        cfg = self.streaming_config(right_context)
+        progress(f"nemo: offline pass, {dur:.1f} s of audio")
+        off = self._offline(buf, count_flops=flops)
+        # the untimed pass: warm-up, FLOPs, outputs compared with the offline pass
+        progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks (untimed pass{', counting FLOPs' if flops else ''})")
+        first = self._stream_once(buf, count_flops=flops, keep_outputs=True)
+        st_out = torch.cat(first["outs"], dim=-1) if first["outs"] else torch.zeros(0)
+        n = min(st_out.shape[-1], off["out"].shape[-1])
+        if n:
+            diff = (st_out[:, :n] - off["out"][:, :n]).abs().max().item()
+            scale = off["out"][:, :n].abs().max().item() or 1.0
+        else:
+            diff, scale = float("nan"), 1.0
+        steps_t, rtfs = [], []
+        reps = max(1, int(reps))
+        for i in range(reps):
+            progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks, timed pass {i + 1}/{reps}")
+            r = self._stream_once(buf)
+            steps_t.extend(r["times"])
+            rtfs.append(sum(r["times"]) / dur)
+        # offline timing (encoder only), a few runs
+        off_t = [self._offline(buf, count_flops=False)["s"] for _ in range(2)]
+        frames_stream = sum(first["frames"])
+        lat = sorted(steps_t)
+        p95 = lat[min(len(lat) - 1, max(0, math.ceil(0.95 * len(lat)) - 1))]
+        out = {
+            "right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
+            "frame_ms": cfg["frame_ms"], "audio_s": dur, "threads": nthreads, "dtype": self.dtype,
+            "steps": len(first["times"]), "frames_stream": frames_stream, "frames_offline": off["frames"],
+            "frames_per_step": first["frames"],
+            "max_abs_diff_vs_offline": diff, "rel_diff_vs_offline": diff / scale,
+            "latency_median_s": statistics.median(steps_t), "latency_p95_s": p95, "latency_s": steps_t,
+            "rtf": statistics.median(rtfs), "rtf_runs": rtfs,
+            "offline_encoder_s": statistics.median(off_t), "offline_rtf": statistics.median(off_t) / dur,
+            "text": first["texts"][0] if first["texts"] else "",
+        }
+        if flops:
+            sflops = sum(first["flops"])
+            out.update({
+                "flops_stream": sflops, "flops_offline": off["flops"],
+                "flops_per_step": first["flops"],
+                "flops_per_frame_stream": sflops / max(1, frames_stream),
+                "flops_per_frame_offline": off["flops"] / max(1, off["frames"]),
+                "flop_method": "torch.utils.flop_counter.FlopCounterMode over encoder.cache_aware_stream_step "
+                               "(streaming) and encoder.forward (offline); matmul, conv and attention ops",
+            })
+            out["flop_ratio_vs_offline"] = out["flops_per_frame_stream"] / out["flops_per_frame_offline"]
+        return out
+
+    def buffered(self, right_context: int = 0, audio: str = "", threads: int = 0, reps: int = 2,
+                 flops: bool = True) -> dict:
+        """Buffered streaming: every chunk, the last (left context + chunk) of features is re-encoded
+        from scratch (no caches) and the chunk's new frames kept."""
+        torch = self.torch
+        from torch.utils.flop_counter import FlopCounterMode
+
+        att = self._set_rc(right_context)
+        nthreads = self._threads(threads)
+        a = self._audio(audio)
+        dur = len(a) / self.sample_rate
+        buf = self._buffer([a])
+        sig, lens = buf.get_all_audios()
+        total = int(lens[0])
+        sub = int(self.enc.subsampling_factor)
+        chunk = (int(att[-1]) + 1) * sub
+        window = chunk + int(att[0]) * sub
+        ends = list(range(chunk, total, chunk)) + [total]
+
+        def run(count: bool):
+            times, fl, frames = [], [], 0
+            prev_frames = 0
+            for e in ends:
+                s = max(0, e - window)
+                x = sig[:, :, s:e]
+                ln = torch.tensor([e - s], device=sig.device)
+                fc = FlopCounterMode(display=False) if count else contextlib.nullcontext()
+                self._sync()
+                t0 = time.perf_counter()
+                with torch.inference_mode(), self._autocast(), fc:
+                    enc, enc_len = self.model.encoder(audio_signal=x, length=ln)
+                self._sync()
+                times.append(time.perf_counter() - t0)
+                if count:
+                    fl.append(float(fc.get_total_flops()))
+            return times, fl
+
+        progress(f"nemo: buffered {chunk * self.window_stride * 1000:.0f} ms chunks, window "
+                 f"{window * self.window_stride:.2f} s (untimed pass{', counting FLOPs' if flops else ''})")
+        _, fl = run(flops)
+        off = self._offline(buf, count_flops=flops)
+        steps_t, rtfs = [], []
+        for i in range(max(1, int(reps))):
+            progress(f"nemo: buffered, timed pass {i + 1}/{reps}")
+            t, _ = run(False)
+            steps_t.extend(t)
+            rtfs.append(sum(t) / dur)
+        lat = sorted(steps_t)
+        out = {
+            "right_context": int(right_context), "att_context_size": att,
+            "chunk_ms": chunk * self.window_stride * 1000, "window_s": window * self.window_stride,
+            "audio_s": dur, "threads": nthreads, "steps": len(ends), "frames_offline": off["frames"],
+            "latency_median_s": statistics.median(steps_t),
+            "latency_p95_s": lat[min(len(lat) - 1, max(0, math.ceil(0.95 * len(lat)) - 1))],
+            "latency_s": steps_t, "rtf": statistics.median(rtfs), "rtf_runs": rtfs,
+            "method": "encoder.forward over the last left-context + chunk features every chunk (no caches)",
+        }
+        if flops:
+            out.update({"flops_buffered": sum(fl), "flops_offline": off["flops"],
+                        "flops_per_frame_buffered": sum(fl) / max(1, off["frames"]),
+                        "flops_per_frame_offline": off["flops"] / max(1, off["frames"])})
+            out["flop_ratio_vs_offline"] = out["flops_per_frame_buffered"] / out["flops_per_frame_offline"]
+        return out
+
+    def streams(self, right_context: int = 0, audio: str = "", max_streams: int = 4096, steps: int = 0,
+                budget_s: float = 240.0) -> dict:
+        """GPU: the largest number of concurrent streams whose median step fits in the chunk duration."""
+        torch = self.torch
+        if self.device != "cuda":
+            raise _unmeasured("concurrent streams per GPU needs a CUDA GPU (this engine runs on the CPU)")
+        att = self._set_rc(right_context)
+        cfg = self.streaming_config(right_context)
+        chunk_s = cfg["chunk_ms"] / 1000.0
+        a = self._audio(audio)
+        t_start = time.perf_counter()
+        tried: dict[int, float] = {}
+
+        def step_time(b: int) -> float:
+            if b in tried:
+                return tried[b]
+            buf = self._buffer([a] * b)
+            try:
+                r = self._stream_once(buf)  # warm-up
+                r = self._stream_once(buf)
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                tried[b] = float("inf")
+                return tried[b]
+            # steady state: drop the first step (no cache yet) and the last (partial chunk)
+            t = r["times"][1:-1] or r["times"]
+            tried[b] = statistics.median(t)
+            progress(f"nemo: {b} streams, {cfg['chunk_ms']:.0f} ms chunks: step {tried[b] * 1000:.1f} ms")
+            del buf
+            return tried[b]
+
+        lo, hi = 0, None
+        b = 1
+        while b <= int(max_streams):
+            if step_time(b) <= chunk_s:
+                lo = b
+                b *= 2
+            else:
+                hi = b
+                break
+            if time.perf_counter() - t_start > budget_s:
+                break
+        if hi is None and lo >= int(max_streams):
+            hi = lo
+        if lo == 0:
+            best = 0
+        else:
+            top = hi if hi is not None else lo
+            while top - lo > max(1, lo // 16) and time.perf_counter() - t_start < budget_s:
+                mid = (lo + top) // 2
+                if step_time(mid) <= chunk_s:
+                    lo = mid
+                else:
+                    top = mid
+            best = lo
+        return {"right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
+                "streams": best, "step_s": {str(k): v for k, v in sorted(tried.items())},
+                "step_s_at_best": tried.get(best), "capped": best >= int(max_streams),
+                "gpu": torch.cuda.get_device_name(), "dtype": self.dtype}
+
+    def transcribe(self, right_context: int = 0, audio: str = "") -> dict:
+        self._set_rc(right_context)
+        r = self._stream_once(self._buffer([self._audio(audio)]))
+        return {"text": r["texts"][0] if r["texts"] else ""}
+
+    def cer(self, manifest: str, right_context: int = 0, limit: int = 0) -> dict:
+        """Stream every manifest entry at one look-ahead; jiwer CER per utterance, empty results counted."""
+        att = self._set_rc(right_context)
+        rows = read_manifest(manifest)
+        if limit:
+            rows = rows[: int(limit)]
+        if not rows:
+            raise _unmeasured(f"manifest {manifest} has no entries")
+        refs, hyps = [], []
+        for i, row in enumerate(rows):
+            if i % 5 == 0:
+                progress(f"nemo: CER at right context {right_context}: {i}/{len(rows)}")
+            r = self._stream_once(self._buffer([load_audio(row["audio_filepath"], self.sample_rate)]))
+            refs.append(row["text"])
+            hyps.append(r["texts"][0] if r["texts"] else "")
+        scores = cer_scores(refs, hyps)
+        scores.update({"right_context": int(right_context), "att_context_size": att,
+                       "chunk_ms": self.streaming_config(right_context)["chunk_ms"],
+                       "hypotheses": hyps[:50], "references": refs[:50],
+                       "normalization": "NFC, lower case, <tags> and punctuation removed, spaces collapsed"})
+        return scores
+
+    def close(self):
+        self.model = None
