@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 import string
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import expr, yamlsafe
 
 ID_RE = r"^[a-z0-9]+(-[a-z0-9]+)*$"
+MAX_CASES = 256
 Scalar = Union[bool, int, float, str]
 KINDS = ("measured", "calculated", "vendor", "principle", "architecture")
 
@@ -30,6 +32,9 @@ class ClaimError(Exception):
         self.line = line
         self.message = message
         super().__init__(self.render())
+
+    def __str__(self) -> str:
+        return self.render()
 
     def render(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path
@@ -65,6 +70,12 @@ class Expect(_Strict):
             raise ValueError(f"between: [{self.between[0]}, {self.between[1]}] has lo > hi; write [lo, hi]")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max}")
+        for name in ("min", "max", "approx", "equals"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, not {v}")
+        if self.between is not None and not all(math.isfinite(v) for v in self.between):
+            raise ValueError("between bounds must be finite numbers")
         if self.rel is not None and self.approx is None:
             raise ValueError("rel only goes with approx")
         return self
@@ -127,7 +138,7 @@ class Noise(_Strict):
 
 
 class ClaimModel(_Strict):
-    id: str = Field(pattern=ID_RE, description="unique kebab-case id")
+    id: str = Field(pattern=ID_RE, max_length=120, description="unique kebab-case id")
     title: str
     source: Optional[Source] = None
     statement: str
@@ -157,6 +168,9 @@ class ClaimModel(_Strict):
                 raise ValueError(f"param {name!r} is an empty list; give at least one value")
             if len(values) > 64:
                 raise ValueError(f"param {name!r} has {len(values)} values; at most 64")
+        total = math.prod(len(x) for x in v.values()) if v else 1
+        if total > MAX_CASES:
+            raise ValueError(f"params expand to {total} cases; at most {MAX_CASES} per claim")
         return v
 
     @field_validator("measure")
@@ -350,6 +364,15 @@ def load_claim(path: Path, probe_registry) -> Claim:
             raise ClaimError(path, loaded.line_of(("measure", alias, sorted(unknown)[0])),
                              f"probe {pname!r} takes no argument {sorted(unknown)[0]!r}; it takes: "
                              f"{', '.join(sorted(probe.params)) or 'nothing'}")
+        for k, v in args.items():
+            values = [v]
+            if isinstance(v, str) and _FIELD_RE.search(v):  # check every substituted value
+                values = [_substitute(v, dict(zip(model.params, combo)))
+                          for combo in itertools.product(*model.params.values())]
+            for val in values:
+                problem = check_arg(probe, k, val)
+                if problem:
+                    raise ClaimError(path, loaded.line_of(("measure", alias, k)), f"measure.{alias}.{k}: {problem}")
         aliases[alias] = set(probe.outputs)
         claim.calls.append(ProbeCall(alias, pname, args, line))
 
@@ -377,6 +400,28 @@ def load_claim(path: Path, probe_registry) -> Claim:
         except ValueError as exc:
             raise ClaimError(path, loaded.line_of(("requires",)), str(exc)) from None
     return claim
+
+
+def check_arg(probe, name: str, value: Any) -> str | None:
+    """Type and choice check of one probe argument against the probe's declared defaults/choices."""
+    choices = getattr(probe, "choices", {}).get(name)
+    if choices is not None and value not in choices:
+        return f"{value!r} is not one of {', '.join(map(repr, choices))} (probe {probe.name})"
+    default = probe.params.get(name)
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            return f"{value!r} must be true or false"
+    elif isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{value!r} must be a number"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{value!r} must be a finite number"
+        if abs(value) > 1e15:
+            return f"{value!r} is out of range"
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            return f"{value!r} must be a string"
+    return None
 
 
 _REQ_RE = re.compile(r"^(cuda|cpu|gpus>=\d+|module:[A-Za-z0-9_.]+|weights:[A-Za-z0-9_.{}-]+|data:[A-Za-z0-9_.{}-]+)$")

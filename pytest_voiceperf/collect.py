@@ -1,6 +1,8 @@
 """Claim files become pytest items: ``pytest.File`` -> one ``pytest.Item`` per case."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from . import expr
@@ -109,6 +111,7 @@ class ClaimItem(pytest.Item):
             vs.run_case(self.case, self.result)
         finally:
             self.result.worker = vs.worker
+            self.result.gpu = os.environ.get("VOICEPERF_GPU") or os.environ.get("CUDA_VISIBLE_DEVICES")
             self._set_properties()
 
     def _set_properties(self):

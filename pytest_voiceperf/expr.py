@@ -89,6 +89,18 @@ def check(text: Any, *, names: set[str], aliases: Mapping[str, set[str]] | None 
             if not parent_ok:
                 raise ExprError(f"the {what} {text!r} uses the unknown name {node.id!r}; known names: "
                                 f"{', '.join(sorted(set(names) | set(aliases))) or 'none'}")
+    compare_operands = {id(c) for n in nodes if isinstance(n, ast.Compare) for c in [n.left, *n.comparators]}
+    for node in nodes:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in compare_operands:
+            raise ExprError(f"the {what} {text!r} uses a string outside a comparison; strings may only be compared "
+                            "with params (model == 'qwen3-0.6b')")
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            exp = node.right
+            if isinstance(exp, ast.UnaryOp) and isinstance(exp.op, (ast.USub, ast.UAdd)):
+                exp = exp.operand
+            if not (isinstance(exp, ast.Constant) and isinstance(exp.value, (int, float))
+                    and not isinstance(exp.value, bool) and abs(exp.value) <= 16):
+                raise ExprError(f"the {what} {text!r} raises to a power that is not a small constant (|p| <= 16)")
     # a bare alias (without .output) is not a number
     for node in nodes:
         if isinstance(node, ast.Name) and node.id in aliases:

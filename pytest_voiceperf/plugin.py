@@ -116,6 +116,10 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{m}: voiceperf claims measured with {m} probes")
     config.addinivalue_line("markers", "voiceperf: a voiceperf claim case")
     config.addinivalue_line("markers", "slow: a long-running engine test")
+    if hasattr(config, "workerinput"):
+        from .gpus import bind_worker
+
+        bind_worker(config)  # before anything touches CUDA in this worker
     if not _enabled(config):
         return
     state = State(config)
@@ -180,10 +184,6 @@ def pytest_sessionstart(session):
         ceiling_slack=ini_float("voiceperf_ceiling_slack"),
     )
     worker = getattr(config, "workerinput", {}).get("workerid")
-    if worker and config.getoption("voiceperf_gpus"):
-        from .gpus import bind_worker
-
-        bind_worker(config)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     vs = Session(opts, config.stash[STASH_STATE].registry, config.rootpath, reporter=reporter, worker=worker)
     if reporter is not None:
@@ -235,6 +235,10 @@ def pytest_collection_modifyitems(session, config, items):
     # claims that share an engine run one after the other (one engine start each)
     order = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (getattr(it, "engine_key", "") or "", order[id(it)]))
+    if config.getoption("voiceperf_gpus"):
+        from .gpus import group_items
+
+        group_items(items)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

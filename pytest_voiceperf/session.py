@@ -61,6 +61,7 @@ class CaseResult:
     higher_is_better: bool | None = None
     tolerance: float | None = None
     worker: str | None = None
+    gpu: str | None = None  # the device this case ran on (CUDA_VISIBLE_DEVICES of its worker)
     baseline: list | None = None  # comparisons with the baseline run, when one was given
 
     def to_json(self) -> dict:
@@ -213,6 +214,15 @@ class Session:
         except Unmeasured as exc:
             self._cache[key] = exc
             raise
+        except (EngineError, KeyboardInterrupt, SystemExit):
+            raise
+        except MemoryError:
+            raise EngineError(f"probe {name} ran out of memory") from None
+        except Exception as exc:  # a broken probe is an error verdict, not a crash of the run
+            import traceback
+
+            raise EngineError(f"probe {name} failed: {type(exc).__name__}: {exc}",
+                              "".join(traceback.format_exception(exc)[-6:])) from None
         if not isinstance(m, Measurement):
             raise TypeError(f"probe {name} returned {type(m).__name__}, not Measurement")
         self.check_ceilings(name, m, ctx)

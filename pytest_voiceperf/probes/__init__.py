@@ -65,6 +65,7 @@ class ProbeSpec:
     params: dict[str, Any]
     doc: str = ""
     engine: str | None = None  # engine family, for grouping items on one worker
+    choices: dict[str, tuple] = field(default_factory=dict)  # argument -> allowed values
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -87,7 +88,7 @@ class Registry:
         return iter(self._probes.values())
 
 
-def probe(name: str, *, outputs: dict[str, str], engine: str | None = None):
+def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -96,7 +97,8 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None):
             p.name: (None if p.default is inspect.Parameter.empty else p.default)
             for p in list(sig.parameters.values())[1:]
         }
-        fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine)
+        fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
+                                       {k: tuple(v) for k, v in (choices or {}).items()})
         return fn
 
     return wrap

@@ -61,7 +61,7 @@ def _size_bytes(ctx, mib: int | None) -> int:
     return (4096 if ctx.device == "cuda" else 512) * 2**20
 
 
-@probe("hw.read_bandwidth", outputs={"read_bw": "B/s", "bytes": "B"})
+@probe("hw.read_bandwidth", outputs={"read_bw": "B/s", "bytes": "B"}, choices={"dtype": DTYPES[:3]})
 def read_bandwidth(ctx, mib: int = 0, dtype: str = "float32", reps: int = 0):
     """Read-only bandwidth: sum a large random tensor in its own dtype."""
     torch = _torch()
@@ -91,7 +91,7 @@ def copy_bandwidth(ctx, mib: int = 0, reps: int = 0):
                        info={"method": "tensor.copy_ (read+write counted)"})
 
 
-@probe("hw.matmul", outputs={"flops": "FLOP/s", "n": ""})
+@probe("hw.matmul", outputs={"flops": "FLOP/s", "n": ""}, choices={"dtype": DTYPES})
 def matmul(ctx, dtype: str = "bfloat16", n: int = 0, reps: int = 0):
     """Dense n x n x n matmul throughput on random data (2 n^3 FLOP per product)."""
     torch = _torch()

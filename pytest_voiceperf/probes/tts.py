@@ -1,0 +1,265 @@
+"""TTS probes: VoxCPM2 (the ``voxcpm`` package) and Magpie TTS (NeMo), in isolated engine workers.
+
+- ``tts.synthesis``: whole-utterance synthesis time at fixed lengths (patch counts), a linear
+  fit of time against audio seconds (slope, intercept, R^2), real-time factor, peak memory.
+- ``tts.steps``: the cost of one patch at several diffusion step counts, and a fit
+  ``patch time = fixed + per_step x steps``.
+- ``tts.streaming``: time to the first audio chunk, and whether every later chunk arrives
+  before the audio already delivered has finished playing.
+- ``tts.magpie``: decoder steps per codec frame and time per decoder step of Magpie TTS.
+
+Lengths are fixed patch counts (VoxCPM2 makes one patch of 4 latent frames = 160 ms per
+autoregressive step), so a run measures exactly the audio it asked for. Arguments arrive as
+written in YAML: lists are comma-separated strings ("4,8,12,16,20").
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+from . import Measurement, Unmeasured, probe
+
+DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp32": "float32", "float32": "float32"}
+
+
+def _ints(value, what: str) -> list[int]:
+    if isinstance(value, (int, float)):
+        return [int(value)]
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    try:
+        out = [int(v) for v in str(value).replace(";", ",").split(",") if v.strip()]
+    except ValueError:
+        raise Unmeasured(f"{what} must be integers separated by commas, got {value!r}") from None
+    if not out:
+        raise Unmeasured(f"{what} is empty")
+    return out
+
+
+def _bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "on", "yes")
+
+
+def linfit(x: list[float], y: list[float]) -> dict:
+    """Least-squares line y = slope x + intercept with R^2 and standard errors (scipy)."""
+    from scipy import stats
+
+    if len(set(x)) < 2:
+        raise Unmeasured("a linear fit needs at least two distinct x values")
+    r = stats.linregress(x, y)
+    return {"slope": float(r.slope), "intercept": float(r.intercept), "r2": float(r.rvalue ** 2),
+            "slope_stderr": float(r.stderr), "intercept_stderr": float(r.intercept_stderr)}
+
+
+def voxcpm_spec(ctx, model: str, dtype: str, optimize) -> dict:
+    m = ctx.model(model)
+    if m["family"] not in (None, "tts"):
+        raise Unmeasured(f"model {model!r} is a {m['family']} model, not a TTS model")
+    if dtype not in DTYPES:
+        raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(sorted(DTYPES))}")
+    if ctx.device != "cuda" and _bool(optimize):
+        raise Unmeasured("optimize=on needs CUDA: VoxCPM applies torch.compile only on a CUDA device with triton "
+                         "(on the CPU it prints 'torch.compile disabled' and runs eager)")
+    return {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
+            "dtype": DTYPES[dtype], "optimize": _bool(optimize)}
+
+
+def _voxcpm(ctx, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
+    eng = ctx.engine("voxcpm", spec)
+    info = dict(eng.info)
+    if spec["optimize"] and not info.get("compiled"):
+        raise Unmeasured("optimize=on was asked for, but VoxCPM did not compile (torch.compile needs CUDA and "
+                         "triton; see the engine log for 'torch.compile disabled')")
+    return ctx.call("voxcpm", spec, method, **kwargs), info
+
+
+def _engine_info(info: dict) -> dict:
+    keep = ("engine", "model", "dummy", "weights", "device", "dtype", "param_dtypes", "optimize", "compiled",
+            "params", "weight_bytes", "sample_rate", "torch_threads", "torchaudio", "versions", "cuda_device",
+            "text_tokens")
+    return {k: info[k] for k in keep if k in info}
+
+
+@probe("tts.synthesis", engine="voxcpm", outputs={
+    "slope": "s/s", "intercept_s": "s", "r2": "", "step_s": "s", "rtf": "", "audio_s_per_patch": "s",
+    "patches_per_audio_s": "1/s", "peak_mem_bytes": "B", "points": "", "max_rel_residual": "",
+})
+def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", timesteps: int = 10,
+              reps: int = 3, dtype: str = "bfloat16", optimize: bool = False):
+    """Whole-utterance synthesis time at fixed patch counts; time = slope x audio seconds + intercept.
+
+    Each length is generated once untimed, then ``reps`` rounds time every length (interleaved).
+    ``rtf`` is time / audio at the longest length; ``step_s`` the slope per patch.
+    """
+    lengths = sorted(set(_ints(patches, "patches")))
+    if len(lengths) < 2:
+        raise Unmeasured("tts.synthesis needs at least two lengths")
+    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    ctx.progress(f"tts.synthesis: {model} at {lengths} patches, {timesteps} diffusion steps, {reps} rounds")
+    r, info = _voxcpm(ctx, spec, "synthesis", patches=lengths, timesteps=int(timesteps), reps=int(reps))
+    sr = r["sample_rate"]
+    audio = [s / sr for s in r["samples"]]
+    per_patch = [a / n for a, n in zip(audio, r["patches"])]
+    if max(per_patch) - min(per_patch) > 1e-9:
+        raise Unmeasured(f"measurement invalid: audio per patch differs between lengths ({per_patch})")
+    med = [statistics.median(ts) for ts in r["times"]]
+    fit = linfit(audio, med)
+    pred = [fit["slope"] * a + fit["intercept"] for a in audio]
+    max_res = max(abs(m - p) / p for m, p in zip(med, pred)) if min(pred) > 0 else float("nan")
+    rounds = min(len(ts) for ts in r["times"])
+    per_round = [linfit(audio, [ts[i] for ts in r["times"]]) for i in range(rounds)]
+    aps = per_patch[0]
+    rtf = med[-1] / audio[-1]
+    values = {
+        "slope": fit["slope"], "intercept_s": fit["intercept"], "r2": fit["r2"], "step_s": fit["slope"] * aps,
+        "rtf": rtf, "audio_s_per_patch": aps, "patches_per_audio_s": 1.0 / aps,
+        "peak_mem_bytes": float(r["peak_mem_bytes"]), "points": float(len(lengths)), "max_rel_residual": max_res,
+    }
+    samples = {
+        "slope": [f["slope"] for f in per_round],
+        "step_s": [f["slope"] * aps for f in per_round],
+        "r2": [f["r2"] for f in per_round],
+        "rtf": [ts[-1] / audio[-1] for ts in zip(*r["times"])][:rounds],
+    }
+    return Measurement(values, samples, info={
+        **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
+        "median_s": med, "timesteps": r["timesteps"], "fit": fit,
+        "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
+        "method": "whole-utterance VoxCPM.generate with min_len = max_len = patches; warm-up at each length; "
+                  "rounds interleave the lengths; fit of the per-length medians (scipy.stats.linregress)",
+    })
+
+
+@probe("tts.steps", engine="voxcpm", outputs={
+    "per_step_s": "s", "fixed_s": "s", "fixed_share": "", "r2": "", "patch_s_ref": "s", "speedup": "",
+    "proportional_speedup": "", "speedup_vs_proportional": "",
+})
+def steps(ctx, model: str = "voxcpm2-tiny", timesteps: str = "2,5,10,20", patches: str = "4,16",
+          reps: int = 3, ref_timesteps: int = 10, dtype: str = "bfloat16", optimize: bool = False):
+    """Cost of one patch at several diffusion step counts; fit patch_s = fixed_s + per_step_s x steps.
+
+    The cost of one patch is the slope between two lengths (``patches``: short,long) of whole-utterance
+    synthesis, so per-utterance costs cancel. ``fixed_share`` is fixed_s / patch time at
+    ``ref_timesteps``: 0 when a patch costs exactly in proportion to the step count.
+    ``speedup`` is patch time at the most steps / at the fewest; ``proportional_speedup`` the step ratio.
+    """
+    ts = sorted(set(_ints(timesteps, "timesteps")))
+    lengths = sorted(set(_ints(patches, "patches")))
+    if len(ts) < 2 or len(lengths) != 2:
+        raise Unmeasured("tts.steps needs at least two step counts and exactly two lengths (short,long)")
+    ref = int(ref_timesteps) if int(ref_timesteps) in ts else ts[-1]
+    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    ctx.progress(f"tts.steps: {model} at {ts} diffusion steps, {lengths} patches, {reps} rounds")
+    r, info = _voxcpm(ctx, spec, "steps", timesteps=ts, patches=lengths, reps=int(reps))
+    dn = lengths[1] - lengths[0]
+    # r["times"][i][j]: runs at timesteps ts[i], length lengths[j]
+    patch_med = [(statistics.median(tt[1]) - statistics.median(tt[0])) / dn for tt in r["times"]]
+    fit = linfit([float(t) for t in ts], patch_med)
+    i_ref = ts.index(ref)
+    rounds = min(len(x) for tt in r["times"] for x in tt)
+    per_round = []
+    for k in range(rounds):
+        pp = [(tt[1][k] - tt[0][k]) / dn for tt in r["times"]]
+        f = linfit([float(t) for t in ts], pp)
+        f["patch_ref"] = pp[i_ref]
+        per_round.append(f)
+    speedup = patch_med[-1] / patch_med[0]
+    prop = ts[-1] / ts[0]
+    values = {
+        "per_step_s": fit["slope"], "fixed_s": fit["intercept"],
+        "fixed_share": fit["intercept"] / patch_med[i_ref], "r2": fit["r2"], "patch_s_ref": patch_med[i_ref],
+        "speedup": speedup, "proportional_speedup": prop, "speedup_vs_proportional": speedup / prop,
+    }
+    samples = {
+        "per_step_s": [f["slope"] for f in per_round],
+        "patch_s_ref": [f["patch_ref"] for f in per_round],
+    }
+    return Measurement(values, samples, info={
+        **_engine_info(info), "timesteps": ts, "patches": lengths, "ref_timesteps": ref,
+        "patch_s": dict(zip(map(str, ts), patch_med)), "times_s": r["times"], "fit": fit,
+        "fixed_share_per_round": [f["intercept"] / f["patch_ref"] for f in per_round],
+        "diffusion_calls_per_patch": {str(t): max(t - 1, 0) for t in ts},
+        "method": "per-patch cost = (median time at the long length - at the short) / patch difference, "
+                  "whole-utterance VoxCPM.generate, warm-up at every (length, steps); linear fit over steps",
+    })
+
+
+def playback(arrivals: list[float], durations: list[float]) -> dict:
+    """Play chunks as they arrive: playback starts with the first chunk and stalls when a chunk is late.
+
+    A later chunk is on time when it arrives before the audio already delivered has finished playing.
+    Returns per-chunk margins (s, negative = late), the late count and the total stall.
+    """
+    play_end = arrivals[0] + durations[0]
+    margins, stall = [], 0.0
+    for t, d in zip(arrivals[1:], durations[1:]):
+        margin = play_end - t
+        margins.append(margin)
+        if margin < 0:
+            stall += -margin
+            play_end = t
+        play_end += d
+    late = sum(1 for m in margins if m < 0)
+    return {"margins": margins, "late": late, "stall_s": stall,
+            "on_time_fraction": (1 - late / len(margins)) if margins else 1.0}
+
+
+@probe("tts.streaming", engine="voxcpm", outputs={
+    "first_chunk_s": "s", "whole_s": "s", "first_share": "", "audio_s": "s", "chunk_s": "s", "chunk_audio_s": "s",
+    "chunk_rtf": "", "rtf": "", "late_chunks": "", "on_time_fraction": "", "min_margin_s": "s", "stall_s": "s",
+    "no_gaps": "",
+})
+def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: int = 10, reps: int = 3,
+              dtype: str = "bfloat16", optimize: bool = False):
+    """Streaming synthesis (VoxCPM.generate_streaming, one chunk per patch): time to the first chunk,
+    and per chunk whether it arrives before the audio delivered so far has finished playing.
+
+    ``late_chunks`` is the most late chunks of any run, ``on_time_fraction`` the worst run's share of
+    on-time chunks, ``chunk_rtf`` the median time between chunks / audio per chunk.
+    """
+    n = int(patches)
+    if n < 2:
+        raise Unmeasured("tts.streaming needs at least two patches")
+    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    ctx.progress(f"tts.streaming: {model}, {n} patches, {timesteps} diffusion steps, {reps} runs")
+    r, info = _voxcpm(ctx, spec, "streaming", patches=n, timesteps=int(timesteps), reps=int(reps))
+    sr = r["sample_rate"]
+    per_run = []
+    for run in r["runs"]:
+        arr = run["arrivals"]
+        dur = [s / sr for s in run["sizes"]]
+        if len(arr) != n:
+            raise Unmeasured(f"measurement invalid: asked for {n} patches, the stream gave {len(arr)} chunks")
+        pb = playback(arr, dur)
+        gaps = [b - a for a, b in zip(arr, arr[1:])]
+        per_run.append({"first": arr[0], "whole": arr[-1], "audio": sum(dur), "chunk_s": statistics.median(gaps),
+                        "chunk_audio": statistics.median(dur), **pb})
+    audio = statistics.median(p["audio"] for p in per_run)
+    first = statistics.median(p["first"] for p in per_run)
+    whole = statistics.median(p["whole"] for p in per_run)
+    chunk_s = statistics.median(p["chunk_s"] for p in per_run)
+    chunk_audio = statistics.median(p["chunk_audio"] for p in per_run)
+    late = max(p["late"] for p in per_run)
+    values = {
+        "first_chunk_s": first, "whole_s": whole, "first_share": first / whole, "audio_s": audio,
+        "chunk_s": chunk_s, "chunk_audio_s": chunk_audio, "chunk_rtf": chunk_s / chunk_audio, "rtf": whole / audio,
+        "late_chunks": float(late), "on_time_fraction": min(p["on_time_fraction"] for p in per_run),
+        "min_margin_s": min(min(p["margins"]) for p in per_run), "stall_s": max(p["stall_s"] for p in per_run),
+        "no_gaps": 1.0 if late == 0 else 0.0,
+    }
+    samples = {
+        "first_chunk_s": [p["first"] for p in per_run],
+        "whole_s": [p["whole"] for p in per_run],
+        "chunk_rtf": [p["chunk_s"] / p["chunk_audio"] for p in per_run],
+    }
+    return Measurement(values, samples, info={
+        **_engine_info(info), "patches": n, "timesteps": r["timesteps"],
+        "arrivals_s": [run["arrivals"] for run in r["runs"]],
+        "chunk_samples": [run["sizes"] for run in r["runs"]],
+        "margins_s": [p["margins"] for p in per_run],
+        "on_time": [[m >= 0 for m in p["margins"]] for p in per_run],
+        "method": "VoxCPM.generate_streaming, warm-up run at the same length; playback starts when the first "
+                  "chunk arrives and stalls while a chunk is late",
+    })
