@@ -76,10 +76,26 @@ def bind_worker(config) -> None:
 
 
 def group_items(items) -> None:
-    """Put each case in the xdist group of its engine (or its own claim when it uses none)."""
+    """Put each case in the xdist group of its engine (or its own claim when it uses none).
+
+    xdist's loadgroup scheduler sends every nodeid that ends in the same ``@group`` to one
+    worker; the suffix is written here (as xdist does for ``xdist_group`` marks) because the
+    groups are known only once the claim files are read.
+    """
+    import re
+
     for item in items:
-        key = getattr(item, "engine_key", None)
         claim = getattr(item, "claim", None)
-        if claim is None:
+        if claim is None or "@" in item.nodeid:
             continue
-        item.add_marker(pytest.mark.xdist_group(name=key or f"claim-{claim.id}"))
+        key = getattr(item, "engine_key", None) or f"claim-{claim.id}"
+        _set_nodeid(item, f"{item.nodeid}@{re.sub(r'[^A-Za-z0-9_.:-]', '_', key)}")
+
+
+def _set_nodeid(item, nodeid: str) -> None:
+    try:  # pytest >= 9 keeps a NodeId object (xdist 3.8's own `_nodeid` assignment misses it)
+        from _pytest.nodeid import coerce_node_id
+
+        item._id = coerce_node_id(nodeid)
+    except ImportError:  # pytest < 9
+        item._nodeid = nodeid

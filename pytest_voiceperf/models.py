@@ -29,8 +29,9 @@ def _qwen3(hidden, layers, heads, kv_heads, inter, tied, head_dim=128, vocab=151
         "attention_bias": False,
         "attention_dropout": 0.0,
         "torch_dtype": "bfloat16",
-        "bos_token_id": 151643,
-        "eos_token_id": 151645,
+        # special ids inside the vocabulary (the test shape has a small one)
+        "bos_token_id": 151643 if vocab > 151645 else vocab - 2,
+        "eos_token_id": 151645 if vocab > 151645 else vocab - 1,
         "use_cache": True,
     }
 
@@ -58,6 +59,8 @@ _add(ModelSpec("qwen3-0.6b", "llm", _qwen3(1024, 28, 16, 8, 3072, True), "Qwen3-
 _add(ModelSpec("qwen3-1.7b", "llm", _qwen3(2048, 28, 16, 8, 6144, True), "Qwen3-1.7B"))
 _add(ModelSpec("qwen3-4b", "llm", _qwen3(2560, 36, 32, 8, 9728, True), "Qwen3-4B(-Instruct-2507)"))
 _add(ModelSpec("qwen3-8b", "llm", _qwen3(4096, 36, 32, 8, 12288, False), "Qwen3-8B"))
+# the 12B-class 16-bit model of llm-fp16-12b-bound (about 30 GB in bf16; fits an 80+ GB GPU)
+_add(ModelSpec("qwen3-14b", "llm", _qwen3(5120, 40, 40, 8, 17408, False), "Qwen3-14B"))
 
 
 def qwen3_param_counts(cfg: dict) -> dict[str, int]:
@@ -72,6 +75,39 @@ def qwen3_param_counts(cfg: dict) -> dict[str, int]:
     head = 0 if cfg["tie_word_embeddings"] else V * h
     return {"total": body + emb + head, "non_embedding": body, "embedding": emb, "lm_head": head,
             "linear": L * (attn - 2 * hd + mlp)}
+
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float8": 1, "fp8": 1}
+
+
+def qwen3_bytes(cfg: dict, dtype: str = "bfloat16", quantization: str | None = None) -> dict[str, Any]:
+    """Weight and KV-cache bytes of a Qwen3 config, from its shapes.
+
+    ``weights``: bytes the loaded model holds, the tied embedding counted once.
+    ``decode_read``: bytes one decode step must read: every linear and norm weight, and the
+    embedding matrix once as the lm_head (tied) or the lm_head plus one embedding row (untied;
+    the input embedding is a row lookup, not a full read).
+    FP8 (vLLM ``quantization="fp8"``): linear weights of the layers 1 byte each plus one float32
+    scale per linear weight; embeddings, lm_head and norms stay in ``dtype``.
+    """
+    n = qwen3_param_counts(cfg)
+    wb = DTYPE_BYTES[dtype]
+    h, L = cfg["hidden_size"], cfg["num_hidden_layers"]
+    if quantization in (None, "", "none"):
+        linear_b, lin_bpw, scales = n["linear"] * wb, wb, 0
+    elif quantization == "fp8":
+        linear_b, lin_bpw, scales = n["linear"] * 1, 1, L * 7 * 4  # q, k, v, o, gate, up, down
+    else:
+        raise ValueError(f"unknown quantization {quantization!r}")
+    other = (n["total"] - n["linear"]) * wb  # embedding, lm_head, norms
+    weights = linear_b + other + scales
+    unread = 0 if cfg["tie_word_embeddings"] else (n["embedding"] - h) * wb
+    kv = 2 * L * cfg["num_key_value_heads"] * cfg["head_dim"] * wb
+    return {"weights": weights, "decode_read": weights - unread, "kv_per_token": kv,
+            "bytes_per_linear_weight": lin_bpw, "params": n,
+            "tied_embedding": "counted once; decode reads it once per token as the lm_head matmul"
+            if cfg["tie_word_embeddings"] else
+            "untied: lm_head read in full per token, input embedding only one row per token"}
 
 
 def get(name: str) -> ModelSpec | None:
@@ -145,4 +181,59 @@ _add(ModelSpec("voxcpm2", "tts",
 _add(ModelSpec("voxcpm2-tiny", "tts",
                _voxcpm2(256, 4, 4, 2, 64, 768, 512, 2, 128, 512, 2, 2, 16, 128, max_length=1024),
                "VoxCPM2 architecture at test size (same patch, latent and VAE strides; a few M parameters)",
-               defaults={"engine": "voxcpm", "audio_s_per_patch": 0.16}))
+               # one torch thread: test-size kernels gain nothing from a second one (measured) and a
+               # shared 2-core runner then keeps a core for the rest
+               defaults={"engine": "voxcpm", "audio_s_per_patch": 0.16, "threads": 1}))
+
+
+# ASR: cache-aware streaming FastConformer-RNNT (NeMo), built by engines/nemo_engine.py from
+# assets/fastconformer_rnnt_cache_aware.yaml with these shapes. Nemotron-3.5-ASR-Streaming-0.6B:
+# 24 layers, d_model 1024, 8 heads, conv kernel 9, 128 mel features, 8x subsampling, 2-layer LSTM
+# prediction net of 640, joint 640, multi-lookahead [[56,0],[56,1],[56,3],[56,6],[56,13]]
+# (617,251,357 parameters with a 28-character vocabulary; the real tokenizer differs).
+_ASR_LOOKAHEADS = [[56, 0], [56, 1], [56, 3], [56, 6], [56, 13]]
+
+
+def _fastconformer(layers, d_model, heads, conv_channels, pred_hidden, pred_layers, joint_hidden, feat_in=128):
+    return {"n_layers": layers, "d_model": d_model, "n_heads": heads, "conv_kernel_size": 9, "feat_in": feat_in,
+            "subsampling": "dw_striding", "subsampling_factor": 8, "subsampling_conv_channels": conv_channels,
+            "ff_expansion_factor": 4, "att_context_style": "chunked_limited",
+            "att_context_size": [list(a) for a in _ASR_LOOKAHEADS],
+            "pred_hidden": pred_hidden, "pred_rnn_layers": pred_layers, "joint_hidden": joint_hidden}
+
+
+_add(ModelSpec("nemotron-asr-0.6b", "asr", _fastconformer(24, 1024, 8, 256, 640, 2, 640),
+               "Nemotron-3.5-ASR-Streaming-0.6B shape (cache-aware FastConformer-RNNT, 617M parameters)",
+               defaults={"engine": "nemo"}))
+_add(ModelSpec("fastconformer-tiny", "asr", _fastconformer(2, 64, 2, 32, 64, 1, 64),
+               "cache-aware FastConformer-RNNT at test size (same look-aheads and 8x subsampling; 0.3M parameters)",
+               defaults={"engine": "nemo"}))
+
+
+# TTS: Magpie TTS (NeMo MagpieTTSModel, decoder_ce). Dimensions as observed in the public
+# nvidia/magpie_tts_multilingual_357m checkpoint (text encoder 6 x 768, context encoder 2 layers,
+# decoder 12 x 768 with one cross-attention head, a 1-layer local transformer of 256) and NeMo's
+# low-frame-rate 22.05 kHz codec (1024 samples = 46.4 ms per frame, 8 FSQ codebooks of 2016).
+# frame_stacking_factor 2: two codec frames per base-decoder step (the document's claim).
+def _magpie(d, enc_layers, ctx_layers, dec_layers, heads, ffn, lt_layers, lt_dim, codec_dec, codec_enc):
+    return {
+        "embedding_dim": d,
+        "encoder": {"n_layers": enc_layers, "d_model": d, "d_ffn": ffn, "heads": heads, "kernel_size": 3},
+        "context_encoder": {"n_layers": ctx_layers, "d_model": d, "d_ffn": ffn, "heads": heads, "kernel_size": 3},
+        "decoder": {"n_layers": dec_layers, "d_model": d, "d_ffn": ffn, "heads": heads, "kernel_size": 1},
+        "local_transformer": {"n_layers": lt_layers, "heads": 1, "hidden_dim": lt_dim},
+        "frame_stacking_factor": 2,
+        "context_frames": 110,
+        "speakers": 5,
+        "codec": {"sample_rate": 22050, "samples_per_frame": 1024, "down_sample_rates": [2, 2, 4, 8, 8],
+                  "up_sample_rates": [8, 8, 4, 2, 2], "latent_dim": 32, "encoder_channels": codec_enc,
+                  "decoder_channels": codec_dec, "codebooks": 8, "levels": [8, 7, 6, 6]},
+    }
+
+
+_add(ModelSpec("magpie-tts-multilingual", "tts", _magpie(768, 6, 2, 12, 12, 3072, 1, 256, 1024, 48),
+               "Magpie TTS Multilingual shape (NeMo decoder_ce; about 0.3B parameters without the codec)",
+               defaults={"engine": "magpie"}))
+_add(ModelSpec("magpie-tts-tiny", "tts", _magpie(128, 2, 1, 2, 4, 512, 1, 64, 64, 16),
+               "Magpie TTS architecture at test size (same codec frame rate and codebooks)",
+               defaults={"engine": "magpie", "threads": 1}))

@@ -120,6 +120,8 @@ def pytest_configure(config):
         from .gpus import bind_worker
 
         bind_worker(config)  # before anything touches CUDA in this worker
+        if config.getoption("voiceperf_gpus", None):
+            config.option.loadgroup = True  # workers re-parse argv; the controller chose loadgroup
     if not _enabled(config):
         return
     state = State(config)
@@ -216,6 +218,7 @@ def get_session(config):
     return config.stash.get(STASH_SESSION, None)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
         return
@@ -235,7 +238,7 @@ def pytest_collection_modifyitems(session, config, items):
     # claims that share an engine run one after the other (one engine start each)
     order = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (getattr(it, "engine_key", "") or "", order[id(it)]))
-    if config.getoption("voiceperf_gpus"):
+    if config.getoption("voiceperf_gpus") and getattr(config.option, "loadgroup", False):
         from .gpus import group_items
 
         group_items(items)

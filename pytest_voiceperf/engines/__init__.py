@@ -54,6 +54,8 @@ FAMILIES: dict[str, Family] = {
                    "pip install 'nemo_toolkit[asr]'"),
     "voxcpm": Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
                      "pip install --no-deps voxcpm (see README)"),
+    "magpie": Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
+                     "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)"),
     "selftest": Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in"),
 }
 

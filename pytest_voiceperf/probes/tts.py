@@ -62,8 +62,20 @@ def voxcpm_spec(ctx, model: str, dtype: str, optimize) -> dict:
     if ctx.device != "cuda" and _bool(optimize):
         raise Unmeasured("optimize=on needs CUDA: VoxCPM applies torch.compile only on a CUDA device with triton "
                          "(on the CPU it prints 'torch.compile disabled' and runs eager)")
-    return {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
+    spec = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
             "dtype": DTYPES[dtype], "optimize": _bool(optimize)}
+    return _with_threads(ctx, model, spec)
+
+
+def _with_threads(ctx, model: str, spec: dict) -> dict:
+    """CPU runs of a catalog model use its default torch thread count (tiny configs: 1)."""
+    from .. import models
+
+    ms = models.get(model)
+    threads = ms.defaults.get("threads") if ms else None
+    if threads and ctx.device == "cpu":
+        spec["threads"] = int(threads)
+    return spec
 
 
 def _voxcpm(ctx, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
@@ -120,7 +132,6 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     samples = {
         "slope": [f["slope"] for f in per_round],
         "step_s": [f["slope"] * aps for f in per_round],
-        "r2": [f["r2"] for f in per_round],
         "rtf": [ts[-1] / audio[-1] for ts in zip(*r["times"])][:rounds],
     }
     return Measurement(values, samples, info={
@@ -179,6 +190,7 @@ def steps(ctx, model: str = "voxcpm2-tiny", timesteps: str = "2,5,10,20", patche
     return Measurement(values, samples, info={
         **_engine_info(info), "timesteps": ts, "patches": lengths, "ref_timesteps": ref,
         "patch_s": dict(zip(map(str, ts), patch_med)), "times_s": r["times"], "fit": fit,
+        # per-round fixed shares (not samples: a share near 0 has no meaningful relative spread)
         "fixed_share_per_round": [f["intercept"] / f["patch_ref"] for f in per_round],
         "diffusion_calls_per_patch": {str(t): max(t - 1, 0) for t in ts},
         "method": "per-patch cost = (median time at the long length - at the short) / patch difference, "
@@ -262,4 +274,56 @@ def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: in
         "on_time": [[m >= 0 for m in p["margins"]] for p in per_run],
         "method": "VoxCPM.generate_streaming, warm-up run at the same length; playback starts when the first "
                   "chunk arrives and stalls while a chunk is late",
+    })
+
+
+@probe("tts.magpie", engine="magpie", outputs={
+    "steps_per_frame": "", "frames_per_step": "", "step_s": "s", "frame_s": "s", "rtf": "", "audio_s": "s",
+    "frame_audio_s": "s", "codec_s": "s", "lt_calls_per_step": "", "params": "",
+})
+def magpie(ctx, model: str = "magpie-tts-tiny", frame_stacking: int = 2, frames: int = 40, reps: int = 3,
+           use_cfg: bool = True):
+    """Magpie TTS (NeMo MagpieTTSModel.infer_batch) at a fixed number of codec frames.
+
+    ``steps_per_frame`` counts base-decoder forward calls (a forward hook) per codec frame produced;
+    ``step_s`` is the generation time without the codec decode per decoder step; ``rtf`` the whole
+    time / audio seconds.
+    """
+    m = ctx.model(model)
+    if m["family"] not in (None, "tts"):
+        raise Unmeasured(f"model {model!r} is a {m['family']} model, not a TTS model")
+    fs = int(frame_stacking)
+    n = int(frames)
+    if n < 4 or n % fs:
+        raise Unmeasured(f"frames must be at least 4 and a multiple of frame_stacking ({fs}); got {n}")
+    spec = _with_threads(ctx, model, {"model": model, "config": m["config"], "weights": m["weights"],
+                                      "device": ctx.device, "frame_stacking": fs})
+    ctx.progress(f"tts.magpie: {model}, frame stacking {fs}, {n} codec frames, {reps} runs")
+    r = ctx.call("magpie", spec, "synthesis", frames=n, reps=int(reps), use_cfg=_bool(use_cfg))
+    info = dict(ctx.engine("magpie", spec).info)
+    runs = r["runs"]
+    for run in runs:
+        if run["frames"] != n:
+            raise Unmeasured(f"measurement invalid: asked for {n} codec frames, the model produced {run['frames']}")
+    spf = [run["decoder_calls"] / run["frames"] for run in runs]
+    step = [(run["total_s"] - run["codec_s"]) / run["decoder_calls"] for run in runs]
+    frame_audio = r["samples_per_frame"] / r["sample_rate"]
+    audio = [run["samples"] / r["sample_rate"] for run in runs]
+    rtf = [run["total_s"] / a for run, a in zip(runs, audio)]
+    med = statistics.median
+    values = {
+        "steps_per_frame": med(spf), "frames_per_step": 1.0 / med(spf), "step_s": med(step),
+        "frame_s": med((run["total_s"] - run["codec_s"]) / run["frames"] for run in runs),
+        "rtf": med(rtf), "audio_s": med(audio), "frame_audio_s": frame_audio,
+        "codec_s": med(run["codec_s"] for run in runs),
+        "lt_calls_per_step": med(run["lt_calls"] / run["decoder_calls"] for run in runs),
+        "params": float(info.get("params", float("nan"))),
+    }
+    keep = ("engine", "model", "class", "dummy", "weights", "device", "frame_stacking", "model_type", "num_codebooks",
+            "codebook_size", "sample_rate", "samples_per_frame", "params", "codec_params", "decoder_params",
+            "kv_cache", "torch_threads", "versions", "cuda_device")
+    return Measurement(values, {"step_s": step, "rtf": rtf}, info={
+        **{k: info[k] for k in keep if k in info}, "runs": runs, "frames": n, "use_cfg": _bool(use_cfg),
+        "method": "MagpieTTSModel.infer_batch (KV cache, local transformer, CFG), max_decoder_steps = "
+                  "min_generated_frames = frames; forward hooks count decoder calls; warm-up run first",
     })

