@@ -86,6 +86,11 @@ class ClaimItem(pytest.Item):
         for call in self.case.calls():
             spec = state.registry.get(call.probe)
             if spec is not None and spec.engine:
+                if getattr(spec, "engine_key", None) is not None:
+                    try:
+                        return f"{spec.engine}:{spec.engine_key({**spec.params, **call.args})}"
+                    except Exception:
+                        pass
                 return f"{spec.engine}:{call.args.get('model', '')}"
         return ""
 

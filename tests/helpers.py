@@ -6,14 +6,20 @@ import textwrap
 CONST_PROBE = textwrap.dedent('''
     from pytest_voiceperf.probes import Measurement, Unmeasured, probe
 
-    @probe("t.const", outputs={"x": "", "y": ""})
+    @probe("t.const", outputs={"x": "", "y": "", "rate": "tok/s"})
     def const(ctx, x: float = 1.0, y: float = 2.0, spread: float = 0.0, unmeasured: str = "",
-              implies_bw: float = 0.0):
+              implies_bw: float = 0.0, jitter: float = 0.0, seed: int = 0):
+        import random, statistics
         if unmeasured:
             raise Unmeasured(unmeasured)
         x, y = float(x), float(y)
-        samples = [x * (1 + spread * d) for d in (-1, -0.5, 0, 0.5, 1)]
-        return Measurement({"x": x, "y": y}, {"x": samples},
+        if jitter:
+            rng = random.Random(seed)
+            samples = [x * (1 + jitter * rng.gauss(0, 1)) for _ in range(9)]
+        else:
+            samples = [x * (1 + spread * d) for d in (-1, -0.5, 0, 0.5, 1)]
+        med = statistics.median(samples)
+        return Measurement({"x": med, "y": y, "rate": med}, {"x": samples, "rate": samples},
                            implies={"read_bw": float(implies_bw)} if implies_bw else {})
 
     def pytest_voiceperf_add_probes(registry):

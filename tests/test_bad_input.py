@@ -1,5 +1,6 @@
 """Every kind of bad claim file gives a clear file:line message; the other claims still run."""
 import json
+import sys
 
 import pytest
 from helpers import CONST_PROBE, claim
@@ -73,7 +74,7 @@ def test_validate_cli_reports_the_same_errors(pytester):
     d = pytester.mkdir("claims")
     (d / "lo-gt-hi.yaml").write_text(BAD["lo-gt-hi.yaml"][0])
     (d / "hw.yaml").write_text(claim("c-hw", measure="m: hw.read_bandwidth", metric="m.read_bw"))
-    res = pytester.run("voiceperf", "validate", str(d))
+    res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", str(d))
     assert res.ret == 1
     res.stdout.fnmatch_lines(["*claims/lo-gt-hi.yaml:8: *lo > hi*", "*1 valid, 1 invalid*"])
     assert "Traceback" not in res.stdout.str() + res.stderr.str()

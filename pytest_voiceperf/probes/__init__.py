@@ -66,6 +66,9 @@ class ProbeSpec:
     doc: str = ""
     engine: str | None = None  # engine family, for grouping items on one worker
     choices: dict[str, tuple] = field(default_factory=dict)  # argument -> allowed values
+    # args (defaults filled in) -> which engine instance the call needs; cases that need the
+    # same instance run one after the other (default: engine family and the "model" argument)
+    engine_key: Callable[[dict], str] | None = None
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -88,7 +91,8 @@ class Registry:
         return iter(self._probes.values())
 
 
-def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None):
+def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
+          engine_key: Callable[[dict], str] | None = None):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -98,7 +102,7 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
             for p in list(sig.parameters.values())[1:]
         }
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
-                                       {k: tuple(v) for k, v in (choices or {}).items()})
+                                       {k: tuple(v) for k, v in (choices or {}).items()}, engine_key)
         return fn
 
     return wrap

@@ -1,0 +1,358 @@
+"""LLM decode, prefill and batching probes on real engines (vLLM, transformers, llama.cpp).
+
+Every figure comes from an engine started in its own worker process (one per engine spec,
+shared by every claim of the session). Figures are checked against the ceilings measured in
+the same session: decode tokens/s x bytes read per token against ``hw.read_bandwidth``,
+prefill and batched-decode FLOP/s against ``hw.matmul`` (a figure above a ceiling makes the
+case unmeasured: "measurement invalid").
+
+- ``llm.decode``: per-request decode tok/s from the engine's own timestamps (first to last
+  token over generated-1 tokens), the exact generated count checked; the caller's clock on
+  the same run (``tok_s_wall``) and their ratio (``agreement``); weight and KV bytes.
+- ``llm.prefill``: prompt tokens / time to first token, distinct random prompts, prefix
+  caching off (``cache: on`` turns it on and repeats one prompt: the trap of the document);
+  achieved FLOP/s = 2 x non-embedding parameters x tok/s.
+- ``llm.batch``: concurrency sweep 1, 2, 4, ... (through ``at`` and on until total throughput
+  stops rising, or ``max_batch``): per-request slowdown, total throughput, achieved FLOP/s.
+- ``llm.crossover``: the batch where decode turns compute-bound, from the sweep: saturated
+  total throughput / batch-1 throughput (the roofline max(bandwidth, compute) model).
+- ``llm.decode_fit``: per-token time = bytes / measured read bandwidth + a fixed overhead,
+  across several models or precisions.
+
+Defaults that depend on the device (``tokens=0``, ``reps=0``, ``max_batch=0``): 128 tokens,
+5 repetitions and batches up to 1024 on CUDA; 64 tokens, 3 repetitions and batches up to 64 on
+the CPU.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+
+from . import Measurement, Unmeasured, probe
+
+ENGINES = ("auto", "vllm", "transformers", "llamacpp")
+DTYPES = ("bfloat16", "float16", "float32")
+QUANTS = ("none", "fp8", "q4_0", "q8_0", "f16")
+
+
+# -- arguments and engine specs ---------------------------------------------------------------
+def _family(engine: str) -> str:
+    if engine == "auto":
+        return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
+    if engine not in ENGINES:
+        raise Unmeasured(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    return engine
+
+
+def _int(v, what: str) -> int:
+    try:
+        return int(float(v))
+    except (TypeError, ValueError):
+        raise Unmeasured(f"{what} must be a number, got {v!r}") from None
+
+
+def _quant(q) -> str | None:
+    q = "none" if q in (None, "") else str(q)
+    if q not in QUANTS:
+        raise Unmeasured(f"quantization {q!r} is not one of {', '.join(QUANTS)}")
+    return None if q == "none" else q
+
+
+def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False) -> tuple[str, dict, dict]:
+    """(family, engine spec, model entry); the same arguments always give the same spec (shared engine)."""
+    m = ctx.model(model)
+    if m["family"] not in (None, "llm"):
+        raise Unmeasured(f"model {model!r} is a {m['family']} model, not an LLM")
+    fam = _family(engine)
+    q = _quant(quantization)
+    if dtype not in DTYPES:
+        raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    base = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device}
+    if fam == "vllm":
+        if q not in (None, "fp8"):
+            raise Unmeasured(f"vLLM runs quantization none or fp8 here, not {q!r}")
+        if q == "fp8" and ctx.device != "cuda":
+            raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
+        spec = dict(base, dtype=dtype, quantization=q, prefix_caching=bool(cache))
+    elif fam == "transformers":
+        if q is not None:
+            raise Unmeasured(f"the transformers engine runs unquantized weights only, not {q!r}")
+        if cache:
+            raise Unmeasured("the transformers engine has no prefix cache")
+        spec = dict(base, dtype=dtype)
+    else:  # llamacpp
+        spec = dict(base, quant=q or "f16")
+    return fam, spec, m
+
+
+def _key(args: dict) -> str:
+    """Which engine instance a call needs (cases sharing it run together)."""
+    model = args.get("model")
+    if model is None and args.get("variants"):
+        # right after the cases of the first variant's engine (which the fit reuses)
+        first = (str(args["variants"]).split(",")[0].split(":") + ["bfloat16", "none"])[:3]
+        return f"{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off~fit"
+    cache = args.get("cache", "off")
+    return f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}:{cache}"
+
+
+def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
+    cuda = ctx.device == "cuda"
+    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 3))
+
+
+def _memo(ctx, key: tuple, fn):
+    """Engine results shared within the session whatever spelling of the arguments asked for them."""
+    store = ctx.session.__dict__.setdefault("_llm_memo", {})
+    if key not in store:
+        store[key] = fn()
+    return store[key]
+
+
+def _call(ctx, fam: str, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
+    """(engine result, engine info), memoized per engine spec and call for the session."""
+    key = (fam, json.dumps(spec, sort_keys=True, default=str), method, json.dumps(kwargs, sort_keys=True))
+    return _memo(ctx, key, lambda: (ctx.call(fam, spec, method, **kwargs), dict(ctx.engine(fam, spec).info)))
+
+
+def _med(xs) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        raise Unmeasured("measurement invalid: the engine returned no finite samples")
+    return float(statistics.median(xs))
+
+
+def _bytes(info: dict) -> tuple[float, float, float]:
+    wb = info.get("weight_bytes")
+    if not wb:
+        raise Unmeasured("the engine could not count the model's weight bytes")
+    return float(wb), float(info.get("decode_read_bytes") or wb), float(info.get("kv_bytes_per_token") or 0.0)
+
+
+def _matmul_key(spec: dict) -> str:
+    q = spec.get("quantization")
+    return "matmul_flops:float8" if q == "fp8" else f"matmul_flops:{spec.get('dtype', 'bfloat16')}"
+
+
+# -- decode ------------------------------------------------------------------------------------
+@probe("llm.decode", engine="llm", engine_key=_key,
+       outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "agreement": "ratio", "ms_per_token": "ms",
+                "weight_bytes": "B", "read_bytes": "B", "kv_bytes_per_token": "B", "kv_read_bytes": "B",
+                "e2e_s": "s", "ttft_s": "s", "generated": "tokens", "bytes_per_weight": "B",
+                "params": "", "non_embedding_params": "", "total_tok_s": "tok/s"},
+       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
+           tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1):
+    """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it."""
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization)
+    tokens, reps = _defaults(ctx, tokens, reps)
+    prompt_len, batch = _int(prompt_len, "prompt_len"), _int(batch, "batch")
+    ctx.progress(f"llm.decode {model} on {fam}: {tokens} tokens x {reps} reps, batch {batch}")
+    r, info = _call(ctx, fam, spec, "decode", tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len)
+    info = dict(info)
+    wb, wread, kvt = _bytes(info)
+    kv_read = kvt * (prompt_len + (tokens - 1) / 2)  # mean context over the decode phase
+    read = wread + kv_read
+    tok = _med(r["tok_s"])
+    wall = _med(r["tok_s_wall"])
+    agree = [w / e for w, e in zip(r["tok_s_wall"], r["tok_s"]) if e and w]
+    ms = [1000.0 / x for x in r["tok_s"] if x]
+    total, nonemb = _params(m, info)
+    values = {"tok_s": tok, "tok_s_wall": wall, "agreement": _med(agree), "ms_per_token": 1000.0 / tok,
+              "weight_bytes": wb, "read_bytes": read, "kv_bytes_per_token": kvt, "kv_read_bytes": kv_read,
+              "e2e_s": _med(r["e2e_s"]), "ttft_s": _med(r["ttft_s"]), "generated": float(min(r["generated"])),
+              "bytes_per_weight": float(info.get("bytes_per_linear_weight") or 0),
+              "params": float(total), "non_embedding_params": float(nonemb),
+              "total_tok_s": _med(r["total_tok_s"])}
+    info.update(tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len, timing=r.get("timing"),
+                preemptions=r.get("preemptions"), dummy_weights=m["dummy"],
+                invalid_hint="decode reads every weight once per token; check the weight-byte count and the timing")
+    return Measurement(values, {"tok_s": r["tok_s"], "tok_s_wall": r["tok_s_wall"], "agreement": agree,
+                                "ms_per_token": ms, "e2e_s": r["e2e_s"]},
+                       info=info, implies={"read_bw": tok * (wread + batch * kv_read)})
+
+
+def _params(m: dict, info: dict) -> tuple[int, int]:
+    p = info.get("params") or {}
+    if not p and m.get("config") and m["config"].get("model_type") == "qwen3":
+        from ..models import qwen3_param_counts
+
+        p = qwen3_param_counts(m["config"])
+    if not p:
+        raise Unmeasured("the engine could not count the model's parameters")
+    return int(p["total"]), int(p["non_embedding"])
+
+
+# -- prefill -----------------------------------------------------------------------------------
+@probe("llm.prefill", engine="llm", engine_key=_key,
+       outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
+                "ttft_s": "s", "non_embedding_params": ""},
+       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
+def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
+            prompt_len: int = 1024, reps: int = 0, cache: str = "off"):
+    """Prefill tok/s of one request (max_tokens=1); ``cache: on`` = prefix caching on and one repeated prompt."""
+    on = cache == "on"
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, cache=on)
+    _, reps = _defaults(ctx, 0, reps)
+    prompt_len = _int(prompt_len, "prompt_len")
+    ctx.progress(f"llm.prefill {model} on {fam}: {prompt_len} tokens x {reps} reps"
+                 + (", prefix caching ON and one repeated prompt" if on else ", distinct random prompts"))
+    r, info = _call(ctx, fam, spec, "prefill", prompt_len=prompt_len, reps=reps, repeat_prompt=on)
+    info = dict(info)
+    _, nonemb = _params(m, info)
+    tok = _med(r["tok_s"])
+    flops = [2.0 * nonemb * x for x in r["tok_s"]]
+    info.update(prompt_len=prompt_len, reps=reps, cache=cache, timing=r.get("timing"), dummy_weights=m["dummy"],
+                flops_formula="2 x non-embedding parameters x prefill tok/s")
+    if on:
+        info["invalid_hint"] = ("prefix caching was on and the same prompt was repeated: the cache answered, "
+                                "the hardware did not compute the prompt")
+    values = {"tok_s": tok, "tok_s_wall": _med(r["tok_s_wall"]), "flops": 2.0 * nonemb * tok,
+              "prompt_len": float(prompt_len), "ttft_s": prompt_len / tok, "non_embedding_params": float(nonemb)}
+    return Measurement(values, {"tok_s": r["tok_s"], "flops": flops}, info=info,
+                       implies={_matmul_key(spec): 2.0 * nonemb * tok})
+
+
+# -- batch sweep -------------------------------------------------------------------------------
+def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -> list[dict]:
+    rows: list[dict] = []
+    b = 1
+    while True:
+        ctx.progress(f"llm.batch {spec['model']} on {fam}: {b} concurrent requests x {tokens} tokens")
+        r, info = _call(ctx, fam, spec, "batch", concurrency=b, tokens=tokens, reps=reps, prompt_len=prompt_len)
+        rows.append({"batch": b, "tok_s": _med(r["tok_s"]), "total_tok_s": _med(r["total_tok_s"]),
+                     "tok_s_samples": r["tok_s"], "total_samples": r["total_tok_s"]})
+        gain = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1 if len(rows) > 1 else 1.0
+        saturated = len(rows) > 1 and gain < stop_gain
+        if b >= max_batch or (b >= at and saturated):
+            return rows, info
+        nb = b * 2
+        if b < at < nb:
+            nb = at
+        b = min(nb, max_batch)
+
+
+def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len, at, max_batch, stop_gain):
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization)
+    if fam == "llamacpp":
+        raise Unmeasured("the llama.cpp engine here decodes one sequence at a time; use vllm for batching")
+    tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 32)
+    reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
+    at = _int(at, "at")
+    max_batch = _int(max_batch, "max_batch") or (1024 if ctx.device == "cuda" else 64)
+    max_batch = max(max_batch, at)
+    rows, info = _sweep(ctx, fam, spec, tokens, reps, _int(prompt_len, "prompt_len"), at, max_batch,
+                        float(stop_gain))
+    return fam, spec, m, rows, info, dict(tokens=tokens, reps=reps, at=at, max_batch=max_batch, stop_gain=float(stop_gain))
+
+
+BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "total_1": "tok/s",
+             "total_at": "tok/s", "gain": "x", "flops_at": "FLOP/s", "flops_max": "FLOP/s", "total_max": "tok/s",
+             "batch_max_run": "", "bytes_per_weight": "B", "non_embedding_params": "", "read_bw_1": "B/s"}
+
+
+@probe("llm.batch", engine="llm", engine_key=_key, outputs=BATCH_OUT,
+       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
+          at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0, prompt_len: int = 32,
+          stop_gain: float = 0.1):
+    """Concurrency sweep 1, 2, 4, ... through ``at``, then on until total throughput rises < stop_gain per doubling."""
+    fam, spec, m, rows, info, used = _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len,
+                                                at, max_batch, stop_gain)
+    info = dict(info)
+    wb, wread, kvt = _bytes(info)
+    _, nonemb = _params(m, info)
+    by = {r["batch"]: r for r in rows}
+    r1, ra = by[1], by[used["at"]]
+    best = max(rows, key=lambda r: r["total_tok_s"])
+    kv_read = kvt * (_int(prompt_len, "prompt_len") + (used["tokens"] - 1) / 2)
+    implied_bw = max(r["tok_s"] * (wread + r["batch"] * kv_read) for r in rows)
+    values = {"tok_s_1": r1["tok_s"], "tok_s_at": ra["tok_s"], "slowdown": r1["tok_s"] / ra["tok_s"] - 1,
+              "total_1": r1["total_tok_s"], "total_at": ra["total_tok_s"],
+              "gain": ra["total_tok_s"] / r1["total_tok_s"], "flops_at": 2.0 * nonemb * ra["total_tok_s"],
+              "flops_max": 2.0 * nonemb * best["total_tok_s"], "total_max": best["total_tok_s"],
+              "batch_max_run": float(rows[-1]["batch"]),
+              "bytes_per_weight": float(info.get("bytes_per_linear_weight") or 0),
+              "non_embedding_params": float(nonemb), "read_bw_1": r1["tok_s"] * (wread + kv_read)}
+    info.update(used, sweep=[{k: v for k, v in r.items()} for r in rows], dummy_weights=m["dummy"],
+                flops_formula="2 x non-embedding parameters x total decode tok/s",
+                slowdown_formula="per-request tok/s at 1 / at `at` - 1")
+    samples = {"slowdown": [r1["tok_s"] / x - 1 for x in ra["tok_s_samples"] if x]}
+    return Measurement(values, samples, info=info,
+                       implies={"read_bw": implied_bw, _matmul_key(spec): values["flops_max"]})
+
+
+@probe("llm.crossover", engine="llm", engine_key=_key,
+       outputs={"crossover": "requests", "saturated_at": "requests", "gain_last": "fraction",
+                "bytes_per_weight": "B", "flops_max": "FLOP/s", "total_1": "tok/s", "total_max": "tok/s"},
+       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16",
+              quantization: str = "none", at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0,
+              prompt_len: int = 32, stop_gain: float = 0.1):
+    """Measured compute crossover: saturated total decode throughput / batch-1 throughput (same sweep as llm.batch)."""
+    bm = ctx.probe("llm.batch", model=model, engine=engine, dtype=dtype, quantization=quantization, at=at,
+                   max_batch=max_batch, tokens=tokens, reps=reps, prompt_len=prompt_len, stop_gain=stop_gain)
+    rows = bm.info["sweep"]
+    if len(rows) < 2:
+        raise Unmeasured("the sweep has a single batch size")
+    gain_last = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1
+    if gain_last >= float(stop_gain):
+        raise Unmeasured(
+            f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
+            f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "
+            f"{bm.info['max_batch']}); raise max_batch")
+    best = max(rows, key=lambda r: r["total_tok_s"])
+    values = {"crossover": best["total_tok_s"] / rows[0]["total_tok_s"], "saturated_at": float(best["batch"]),
+              "gain_last": gain_last, "bytes_per_weight": bm.values["bytes_per_weight"],
+              "flops_max": bm.values["flops_max"], "total_1": rows[0]["total_tok_s"], "total_max": best["total_tok_s"]}
+    info = {k: v for k, v in bm.info.items() if k not in ("ceilings",)}
+    info["crossover_formula"] = ("roofline max(weight read, compute): throughput grows with the batch until it "
+                                 "saturates; crossover batch = saturated total tok/s / batch-1 tok/s")
+    return Measurement(values, {}, info=info)
+
+
+# -- decode time model -------------------------------------------------------------------------
+@probe("llm.decode_fit", engine="llm", engine_key=_key,
+       outputs={"overhead_ms": "ms", "max_rel_residual": "fraction", "fit_bw": "B/s", "fit_overhead_ms": "ms",
+                "n_points": "", "read_bw": "B/s"},
+       choices={"engine": ENGINES})
+def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: str = "auto", tokens: int = 0,
+               reps: int = 0, prompt_len: int = 32):
+    """Per-token time = bytes read / measured read bandwidth + one fixed overhead, over several models.
+
+    ``variants``: comma-separated ``model[:dtype[:quantization]]``. ``overhead_ms``: the mean of
+    (time per token - bytes / read bandwidth); ``max_rel_residual``: the worst relative error of
+    that one-overhead model on any variant; ``fit_bw``/``fit_overhead_ms``: a free least-squares
+    line time = bytes / fit_bw + overhead (for comparison with the measured bandwidth).
+    """
+    pts = []
+    for v in [s.strip() for s in str(variants).split(",") if s.strip()]:
+        parts = v.split(":")
+        args = {"model": parts[0], "engine": engine, "tokens": tokens, "reps": reps, "prompt_len": prompt_len}
+        if len(parts) > 1 and parts[1]:
+            args["dtype"] = parts[1]
+        if len(parts) > 2 and parts[2]:
+            args["quantization"] = parts[2]
+        d = ctx.probe("llm.decode", **args)
+        pts.append({"variant": v, "bytes": d.values["read_bytes"], "t": 1.0 / d.values["tok_s"],
+                    "tok_s": d.values["tok_s"], "engine": d.info.get("engine")})
+    if len({round(p["bytes"]) for p in pts}) < 2:
+        raise Unmeasured("a fixed per-token overhead cannot be told apart from bandwidth time with one size: "
+                         "give two or more variants of different weight bytes")
+    bw = ctx.probe("hw.read_bandwidth").values["read_bw"]
+    over = [p["t"] - p["bytes"] / bw for p in pts]
+    o = statistics.fmean(over)
+    resid = max(abs(p["t"] - (p["bytes"] / bw + o)) / p["t"] for p in pts)
+    n = len(pts)
+    mx = statistics.fmean(p["bytes"] for p in pts)
+    my = statistics.fmean(p["t"] for p in pts)
+    sxx = sum((p["bytes"] - mx) ** 2 for p in pts)
+    slope = sum((p["bytes"] - mx) * (p["t"] - my) for p in pts) / sxx
+    icpt = my - slope * mx
+    for p, ov in zip(pts, over):
+        p["overhead_ms"] = ov * 1000
+    values = {"overhead_ms": o * 1000, "max_rel_residual": resid, "fit_bw": 1.0 / slope if slope > 0 else float("inf"),
+              "fit_overhead_ms": icpt * 1000, "n_points": float(n), "read_bw": bw}
+    return Measurement(values, {}, info={"points": pts, "model": "t = bytes / read_bw + overhead"})

@@ -1,0 +1,212 @@
+"""Streaming ASR: the asr.* probes on a tiny cache-aware FastConformer-RNNT, really streamed with
+NeMo in an engine worker, run through the plugin as a user would (small claim files)."""
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+needs_nemo = pytest.mark.skipif(importlib.util.find_spec("nemo") is None, reason="nemo_toolkit[asr] not installed")
+
+TINY = "fastconformer-tiny"
+
+
+def claim(id, measure, metric, expect, params="", extra=""):
+    text = f"id: {id}\ntitle: t\nstatement: t\n"
+    if params:
+        text += f"params:\n{textwrap.indent(textwrap.dedent(params).strip(), '  ')}\n"
+    text += f"measure:\n{textwrap.indent(textwrap.dedent(measure).strip(), '  ')}\n"
+    text += f"metric: \"{metric}\"\nexpect: {expect}\n"
+    return text + textwrap.dedent(extra)
+
+
+def run(p, *args):
+    return p.runpytest_subprocess("--voiceperf", "--voiceperf-claims", "claims", "--voiceperf-json", "out.json",
+                                  "-p", "no:cacheprovider", *args)
+
+
+def outcomes(r) -> dict:
+    """Counts from the summary line; unmeasured cases are their own category."""
+    o = r.parseoutcomes()
+    return {k: v for k, v in o.items() if k not in ("seconds", "warnings", "deselected")}
+
+
+def results(p):
+    return {r["nodeid"].split("::")[-1]: r for r in json.loads((p.path / "out.json").read_text())["results"]}
+
+
+@pytest.fixture
+def vp(pytester):
+    pytester.mkdir("claims")
+    return pytester
+
+
+def write(p, name, text):
+    (p.path / "claims" / f"{name}.yaml").write_text(text)
+
+
+# -- without an engine --------------------------------------------------------------------------
+def test_cer_scores_on_a_tiny_manifest(tmp_path):
+    """jiwer CER per utterance, empty results counted, NeMo manifest paths relative to the manifest."""
+    from pytest_voiceperf.engines.nemo_engine import cer_scores, normalize_text, read_manifest
+
+    (tmp_path / "a").mkdir()
+    lines = [{"audio_filepath": "a/1.wav", "text": "Hello, world!", "duration": 1.0},
+             {"audio_filepath": str(tmp_path / "2.wav"), "text": "안녕하세요", "lang": "ko-KR"},
+             {"audio_filepath": "3.wav", "text": "abcd"}]
+    m = tmp_path / "m.json"
+    m.write_text("\n".join(json.dumps(x, ensure_ascii=False) for x in lines) + "\n\n")
+    rows = read_manifest(str(m))
+    assert [r["audio_filepath"] for r in rows] == [str(tmp_path / "a/1.wav"), str(tmp_path / "2.wav"),
+                                                   str(tmp_path / "3.wav")]
+    assert normalize_text("Hello, World! <ko-KR>") == "hello world"
+    s = cer_scores([r["text"] for r in rows], ["hello world", "", "abed"])
+    assert s["per_utterance"] == [0.0, 1.0, 0.25]  # exact, empty = 1.0, one substitution in 4
+    assert s["empty"] == 1 and s["n"] == 3
+    assert s["cer"] == pytest.approx(1.25 / 3)
+    # corpus CER: (0 + 5 deletions + 1 substitution) / (11 + 5 + 4) reference characters
+    assert s["corpus_cer"] == pytest.approx(6 / 20)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"audio_filepath": "x.wav"}\n')
+    with pytest.raises(ValueError, match="needs audio_filepath and text"):
+        read_manifest(str(bad))
+
+
+def test_cer_unmeasured_without_weights_or_manifest(vp):
+    """CER of random weights means nothing: unmeasured with the reason, without starting an engine."""
+    m = "c: {probe: asr.cer, chunk_ms: 80, model: %s, manifest: ko}" % TINY
+    write(vp, "cer", claim("asr-t-cer", m, "c.cer", "{max: 0.1}"))
+    write(vp, "cer-req", claim("asr-t-cer-req", m, "c.cer", "{max: 0.1}",
+                               extra=f'requires: ["weights:{TINY}", "data:ko"]\n'))
+    r = run(vp)
+    assert outcomes(r) == {"unmeasured": 2}
+    res = results(vp)
+    assert "CER needs trained weights" in res["asr-t-cer"]["reason"]
+    assert "trained weights absent" in res["asr-t-cer-req"]["reason"]
+    # weights given but no manifest: the data set is named in the reason
+    (vp.path / "w.nemo").write_bytes(b"")
+    r = run(vp, "--voiceperf-model", f"{TINY}=w.nemo")
+    res = results(vp)
+    assert "--voiceperf-data ko=PATH" in res["asr-t-cer"]["reason"]
+    assert "needs data set 'ko'" in res["asr-t-cer-req"]["reason"]
+
+
+def test_streams_unmeasured_on_cpu(vp):
+    write(vp, "streams", claim("asr-t-streams", f"s: {{probe: asr.streams, chunk_ms: 80, model: {TINY}}}",
+                               "s.streams", "{min: 1}"))
+    r = run(vp, "--voiceperf-device", "cpu")
+    assert outcomes(r) == {"unmeasured": 1}
+    assert "needs a CUDA GPU" in results(vp)["asr-t-streams"]["reason"]
+
+
+# -- the tiny model, really streamed ------------------------------------------------------------
+@needs_nemo
+def test_streaming_config_chunk_table(vp):
+    """The model's own streaming config: chunk = (right + 1) x 80 ms, 56 frames = 4.48 s, 80 ms frames."""
+    write(vp, "table", claim(
+        "asr-t-table", f'cfg: {{probe: asr.streaming_config, right_context: "{{rc}}", model: {TINY}}}',
+        "abs(cfg.chunk_ms - (rc + 1) * 80) + abs(cfg.left_context_ms - 4480)", "{equals: 0}",
+        params="rc: [0, 1, 3, 6, 13]"))
+    write(vp, "frame", claim("asr-t-frame", f"cfg: {{probe: asr.streaming_config, right_context: 0, model: {TINY}}}",
+                             "cfg.frame_ms", "{equals: 80}"))
+    write(vp, "missing", claim("asr-t-missing", f"cfg: {{probe: asr.streaming_config, right_context: 2, model: {TINY}}}",
+                               "cfg.chunk_ms", "{min: 0}"))
+    r = run(vp)
+    assert outcomes(r) == {"passed": 6, "unmeasured": 1}
+    res = results(vp)
+    p = res["asr-t-table[13]"]["probes"]["cfg"]
+    assert p["values"]["chunk_ms"] == 1120 and p["values"]["first_chunk_mel_frames"] == 105
+    assert p["values"]["left_context_s"] == pytest.approx(4.48)
+    assert p["info"]["streaming_cfg"]["shift_size"] == [105, 112]
+    assert p["info"]["cache_last_channel_shape"] == [2, 1, 56, 64]
+    assert "no look-ahead of 2 frames" in res["asr-t-missing"]["reason"]
+    assert "0, 1, 3, 6, 13" in res["asr-t-missing"]["reason"]
+
+
+@needs_nemo
+def test_stream_frames_latency_rtf_flops(vp):
+    """Cache-aware streaming with NeMo's buffer: offline frame count, latencies, RTF, FLOPs per frame."""
+    st = f'st: {{probe: asr.stream, chunk_ms: "{{chunk_ms}}", model: {TINY}, threads: 1, reps: 2}}'
+    write(vp, "frames", claim("asr-t-frames", st, "st.frames_stream - st.frames_offline", "{equals: 0}",
+                              params="chunk_ms: [80, 1120]"))
+    write(vp, "flops", claim("asr-t-flops", st, "st.flops_per_frame_stream / st.flops_per_frame_offline",
+                             "{max: 1.1}", params="chunk_ms: [80, 1120]"))
+    write(vp, "nochunk", claim("asr-t-nochunk", f"st: {{probe: asr.stream, chunk_ms: 100, model: {TINY}}}",
+                               "st.rtf", "{max: 100}"))
+    write(vp, "synthetic", claim("asr-t-synth", f"st: {{probe: asr.stream, chunk_ms: 1120, model: {TINY}, "
+                                                "audio: synthetic, reps: 1}", "st.rtf", "{max: 100}"))
+    run(vp)
+    res = results(vp)
+    for c in (80, 1120):
+        r = res[f"asr-t-frames[{c}]"]
+        assert r["outcome"] == "passed", r
+        st = r["probes"]["st"]
+        v, info = st["values"], st["info"]
+        assert v["frames_stream"] == v["frames_offline"] > 50
+        assert v["chunk_ms"] == c and v["steps"] == len(info["frames_per_step"])
+        assert 0 < v["latency_median_s"] <= v["latency_p95_s"] and v["rtf"] > 0
+        assert len(info["rtf_runs"]) == 2 and len(st["samples"]["rtf"]) == 2
+        assert info["dummy"] is True and "blank logit" in info["decoding_note"]
+        assert "FlopCounterMode" in info["flop_method"]
+        if c == 1120:  # 14 new frames per step, and the streamed encoder output equals the offline one
+            assert info["frames_per_step"][1] == 14
+            assert v["rel_diff_vs_offline"] < 1e-4
+    # per new frame, streaming costs more than offline: the cached frames are re-projected every step
+    f80 = res["asr-t-flops[80]"]
+    f1120 = res["asr-t-flops[1120]"]
+    assert f80["outcome"] == "failed" and f80["value"] > f1120["value"] > 1.0
+    assert "reports no 100 ms chunk" in res["asr-t-nochunk"]["reason"]
+    synth = res["asr-t-synth"]["probes"]["st"]["info"]["audio"]["source"]
+    assert "synthetic voiced signal" in synth
+    speech = res["asr-t-frames[80]"]["probes"]["st"]["info"]["audio"]["source"]
+    assert ("espeak" in speech) or ("synthetic" in speech)
+
+
+@needs_nemo
+def test_buffered_costs_more_than_cache_aware(vp):
+    measure = f"""\
+        st: {{probe: asr.stream, chunk_ms: 160, model: {TINY}, reps: 1}}
+        buf: {{probe: asr.buffered, chunk_ms: 160, model: {TINY}}}"""
+    write(vp, "buf", claim("asr-t-buf", measure, "buf.flops_per_frame_steady / st.flops_per_frame_stream",
+                           "{min: 1.0}"))
+    r = run(vp)
+    assert outcomes(r) == {"passed": 1}
+    res = results(vp)["asr-t-buf"]
+    b = res["probes"]["buf"]["values"]
+    assert b["window_s"] == pytest.approx(4.48 + 0.16)
+    assert b["flop_ratio_vs_offline"] > 1 and b["rtf"] > 0 and b["steps"] > 10
+    assert res["value"] > 1.5
+
+
+@needs_nemo
+@pytest.mark.slow
+def test_cer_with_a_real_nemo_file(vp):
+    """A .nemo file given with --voiceperf-model (the tiny model saved untrained): manifest streamed per
+    chunk size, jiwer CER with empty results counted."""
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, soundfile as sf
+        from omegaconf import OmegaConf
+        import nemo.collections.asr as nemo_asr
+        from pytest_voiceperf import models
+        from pytest_voiceperf.engines.nemo_engine import build_config
+        m = nemo_asr.models.EncDecRNNTModel(cfg=OmegaConf.create(build_config(models.get("{TINY}").config)))
+        m.save_to("tiny.nemo")
+        rng = np.random.default_rng(0)
+        for i in range(2):
+            sf.write(f"u{{i}}.wav", (0.1 * rng.standard_normal(16000 * (2 + i))).astype("float32"), 16000)
+    """)
+    subprocess.run([sys.executable, "-c", script], cwd=vp.path, check=True, capture_output=True, timeout=300)
+    (vp.path / "m.json").write_text('{"audio_filepath": "u0.wav", "text": "hello"}\n'
+                                    '{"audio_filepath": "u1.wav", "text": "world", "lang": "en"}\n')
+    write(vp, "cer", claim("asr-t-cer", f'c: {{probe: asr.cer, chunk_ms: "{{chunk_ms}}", model: {TINY}, manifest: m}}',
+                           "c.cer", "{min: 0}", params="chunk_ms: [80, 1120]"))
+    r = run(vp, "--voiceperf-model", f"{TINY}=tiny.nemo", "--voiceperf-data", "m=m.json")
+    assert outcomes(r) == {"passed": 2}
+    for c in (80, 1120):
+        p = results(vp)[f"asr-t-cer[{c}]"]["probes"]["c"]
+        v = p["values"]
+        assert v["n"] == 2 and v["chunk_ms"] == c and v["languages"] == 1
+        assert v["cer"] >= 0 and 0 <= v["empty"] <= 2
+        assert p["info"]["dummy"] is False and len(p["info"]["per_utterance"]) == 2
