@@ -278,7 +278,7 @@ class Engine:
             buf.streams_length = buf.streams_length.repeat(copies)
         return buf
 
-    def _stream_once(self, buf, count_flops: bool = False, keep_outputs: bool = False) -> dict:
+    def _stream_once(self, buf, count_flops: bool = False, keep_outputs: bool = False, max_steps: int = 0) -> dict:
         """One cache-aware streaming pass over the buffer (all its streams at once)."""
         torch = self.torch
         from torch.utils.flop_counter import FlopCounterMode
@@ -309,6 +309,8 @@ class Engine:
         prev_pred = None
         try:
             for step, (chunk, chunk_len) in enumerate(buf):
+                if max_steps and step >= max_steps:
+                    break
                 drop = 0 if step == 0 else enc.streaming_cfg.drop_extra_pre_encoded
                 self._sync()
                 t0 = time.perf_counter()
@@ -515,7 +517,7 @@ class Engine:
             out["flop_ratio_vs_offline"] = out["flops_per_frame_buffered"] / out["flops_per_frame_offline"]
         return out
 
-    def streams(self, right_context: int = 0, audio: str = "", max_streams: int = 4096, steps: int = 0,
+    def streams(self, right_context: int = 0, audio: str = "", max_streams: int = 8192, steps: int = 0,
                 budget_s: float = 240.0) -> dict:
         """GPU: the largest number of concurrent streams whose median step fits in the chunk duration."""
         torch = self.torch
@@ -532,15 +534,17 @@ class Engine:
             if b in tried:
                 return tried[b]
             buf = self._buffer([a], copies=b)
+            n = int(steps) or 16
             try:
-                r = self._stream_once(buf)  # warm-up
-                r = self._stream_once(buf)
+                r = self._stream_once(buf, max_steps=4)  # warm-up
+                r = self._stream_once(buf, max_steps=n)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 tried[b] = float("inf")
                 return tried[b]
-            # steady state: drop the first step (no cache yet) and the last (partial chunk)
-            t = r["times"][1:-1] or r["times"]
+            # steady state: drop the first step (a shorter chunk, no cache yet) and a partial last chunk
+            t = r["times"][1:] if r["frames"][-1] == r["frames"][1] else r["times"][1:-1]
+            t = t or r["times"]
             tried[b] = statistics.median(t)
             progress(f"nemo: {b} streams, {cfg['chunk_ms']:.0f} ms chunks: step {tried[b] * 1000:.1f} ms")
             del buf
@@ -548,6 +552,7 @@ class Engine:
 
         lo, hi = 0, None
         b = 1
+        budget_hit = False
         while b <= int(max_streams):
             if step_time(b) <= chunk_s:
                 lo = b
@@ -556,6 +561,7 @@ class Engine:
                 hi = b
                 break
             if time.perf_counter() - t_start > budget_s:
+                budget_hit = True
                 break
         if hi is None and lo >= int(max_streams):
             hi = lo
@@ -572,7 +578,8 @@ class Engine:
             best = lo
         return {"right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
                 "streams": best, "step_s": {str(k): v for k, v in sorted(tried.items())},
-                "step_s_at_best": tried.get(best), "capped": best >= int(max_streams),
+                "step_s_at_best": tried.get(best), "capped": best >= int(max_streams), "budget_hit": budget_hit,
+                "steps_timed": int(steps) or 16,
                 "gpu": torch.cuda.get_device_name(), "dtype": self.dtype}
 
     def transcribe(self, right_context: int = 0, audio: str = "") -> dict:

@@ -92,7 +92,8 @@ def _key(args: dict) -> str:
     model = args.get("model")
     if model is None and args.get("variants"):
         # right after the cases of the first variant's engine (which the fit reuses)
-        first = (str(args["variants"]).split(",")[0].split(":") + ["bfloat16", "none"])[:3]
+        first = str(args["variants"]).split(",")[0].split(":")
+        first += ["bfloat16", "none"][len(first) - 1:]
         return f"{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off~fit"
     cache = args.get("cache", "off")
     return f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}:{cache}"

@@ -1,0 +1,250 @@
+"""llama.cpp engine (llama-cpp-python) on a GGUF written here with random weights.
+
+The GGUF is written with the ``gguf`` package from the catalog's Qwen3 shape (llama.cpp's
+``qwen3`` architecture): every 2-D weight in q4_0 (random 4-bit codes with a small fp16 scale
+per 32-weight block) or f16 (random normal), norms in f32, a placeholder vocabulary (256 byte
+tokens and numbered tokens; no text is ever tokenized). Speed does not depend on weight
+values. ``weights`` may instead point at a real GGUF file.
+
+Timing: llama.cpp's own performance counters (``llama_perf_context``: eval time and count of
+single-token decode calls, prompt-eval time and count) are the engine's figure; the caller's
+``time.perf_counter`` around the same calls is the plugin's.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+from ..probes import Unmeasured
+from . import llm_common as common
+from .worker import progress
+
+GGUF_CACHE = os.path.join(tempfile.gettempdir(), "voiceperf-gguf")
+
+
+def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict:
+    """Write a Qwen3-architecture GGUF with random weights; returns {name: bytes} of its tensors."""
+    import numpy as np
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    h, L, inter, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    qtype = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0,
+             "f16": gguf.GGMLQuantizationType.F16}[quant]
+    tmp = path + f".tmp{os.getpid()}"
+    w = gguf.GGUFWriter(tmp, "qwen3")
+    w.add_name("voiceperf random qwen3")
+    w.add_context_length(int(cfg.get("max_position_embeddings", 40960)))
+    w.add_embedding_length(h)
+    w.add_block_count(L)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(float(cfg.get("rope_theta", 1e6)))
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    w.add_file_type({"q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+                     "f16": gguf.LlamaFileType.MOSTLY_F16}[quant])
+    # placeholder vocabulary (SentencePiece-style, with the byte tokens llama.cpp looks up)
+    toks = [f"<0x{i:02X}>".encode() for i in range(256)] + [f"<t{i}>".encode() for i in range(256, V)]
+    types = [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * (V - 256)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(toks)
+    w.add_token_scores([0.0] * V)
+    w.add_token_types(types)
+    w.add_bos_token_id(V - 2)
+    w.add_eos_token_id(V - 1)
+    sizes: dict[str, int] = {}
+
+    def mat(name: str, rows: int, cols: int):
+        if qtype == gguf.GGMLQuantizationType.F16:
+            data = (rng.standard_normal((rows, cols), dtype=np.float32) * 0.02).astype(np.float16)
+            w.add_tensor(name, data)
+        else:
+            bs, ts = gguf.GGML_QUANT_SIZES[qtype]  # weights per block, bytes per block
+            nblk = cols // bs
+            blocks = rng.integers(0, 256, size=(rows, nblk, ts), dtype=np.uint8)
+            scale = np.frombuffer(np.float16(0.002 if quant == "q4_0" else 0.0002).tobytes(), dtype=np.uint8)
+            blocks[:, :, 0:2] = scale  # the fp16 block scale (first 2 bytes of each block)
+            data = blocks.reshape(rows, nblk * ts)
+            w.add_tensor(name, data, raw_dtype=qtype)
+        sizes[name] = data.nbytes
+
+    def vec(name: str, n: int):
+        data = np.ones(n, dtype=np.float32)
+        w.add_tensor(name, data)
+        sizes[name] = data.nbytes
+
+    mat("token_embd.weight", V, h)
+    for i in range(L):
+        p = f"blk.{i}."
+        vec(p + "attn_norm.weight", h)
+        mat(p + "attn_q.weight", nh * hd, h)
+        mat(p + "attn_k.weight", nkv * hd, h)
+        mat(p + "attn_v.weight", nkv * hd, h)
+        mat(p + "attn_output.weight", h, nh * hd)
+        vec(p + "attn_q_norm.weight", hd)
+        vec(p + "attn_k_norm.weight", hd)
+        vec(p + "ffn_norm.weight", h)
+        mat(p + "ffn_gate.weight", inter, h)
+        mat(p + "ffn_up.weight", inter, h)
+        mat(p + "ffn_down.weight", h, inter)
+    vec("output_norm.weight", h)
+    if not cfg.get("tie_word_embeddings", True):
+        mat("output.weight", V, h)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp, path)
+    return sizes
+
+
+def _tensor_bytes(path: str) -> dict[str, int]:
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    return {t.name: int(t.n_bytes) for t in r.tensors}
+
+
+class Engine:
+    def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
+                 quant: str = "q4_0", n_ctx: int = 8192, n_threads: int = 0, seed: int = 0, **_):
+        import llama_cpp
+
+        if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
+            raise Unmeasured("llama-cpp-python was built without GPU offload (the PyPI build is CPU-only); "
+                             "on a GPU runner install it with CMAKE_ARGS='-DGGML_CUDA=on' to measure this claim")
+        self.name, self.device, self.quant = model, device, quant
+        self.config = config or {}
+        self.dummy = weights is None
+        t0 = time.perf_counter()
+        if weights:
+            path = weights
+        else:
+            if not config or config.get("model_type") != "qwen3":
+                raise Unmeasured(f"no Qwen3 shape for {model!r} to write a GGUF from")
+            os.makedirs(GGUF_CACHE, exist_ok=True)
+            path = os.path.join(GGUF_CACHE, f"{model}-{quant}-random.gguf")
+            if not os.path.exists(path):
+                progress(f"llama.cpp: writing {model} GGUF with random {quant} weights")
+                write_gguf(path, config, quant, seed)
+        self.write_s = time.perf_counter() - t0
+        self.path = path
+        sizes = _tensor_bytes(path)
+        self.weight_bytes = sum(sizes.values())
+        tied = "output.weight" not in sizes
+        # the input embedding is a row lookup; read in full only when it doubles as the output matrix
+        self.read_bytes = self.weight_bytes - (0 if tied else sizes.get("token_embd.weight", 0))
+        self.tied = tied
+        self.n_threads = int(n_threads) or (os.cpu_count() or 1)
+        t1 = time.perf_counter()
+        self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
+                                   n_threads=self.n_threads, n_threads_batch=self.n_threads,
+                                   n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False)
+        self.load_s = time.perf_counter() - t1
+        self.vocab = self.llm.n_vocab()
+        self.n_ctx = int(n_ctx)
+        self.version = llama_cpp.__version__
+        self._lc = llama_cpp
+        cfg = self.config
+        self.kv_per_token = (2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
+                             if cfg else None)  # f16 KV cache (llama.cpp default)
+        self._seed = 5000 + seed
+        self.decode(tokens=4, reps=1, prompt_len=8, warmup=0)
+
+    def info(self) -> dict:
+        n = self.config and common.models.qwen3_param_counts(self.config)
+        return {"engine": "llamacpp", "engine_version": self.version, "model": self.name, "gguf": self.path,
+                "dummy_weights": self.dummy, "device": self.device, "quantization": self.quant,
+                "weight_bytes": self.weight_bytes, "weight_bytes_source": "GGUF tensor data bytes",
+                "decode_read_bytes": self.read_bytes, "kv_bytes_per_token": self.kv_per_token,
+                "bytes_per_linear_weight": {"q4_0": 18 / 32, "q8_0": 34 / 32, "f16": 2}.get(self.quant),
+                "params": n or None,
+                "tied_embedding": ("counted once; decode reads it once per token as the output matrix" if self.tied
+                                   else "untied: output matrix read per token, token_embd only one row per token"),
+                "n_threads": self.n_threads, "gpu_offload": self.device == "cuda",
+                "write_s": round(self.write_s, 2), "load_s": round(self.load_s, 2)}
+
+    def _perf(self) -> tuple[float, int, float, int]:
+        d = self._lc.llama_perf_context(self.llm.ctx)
+        return d.t_eval_ms, d.n_eval, d.t_p_eval_ms, d.n_p_eval
+
+    def _argmax(self) -> int:
+        import numpy as np
+
+        return int(np.ctypeslib.as_array(self.llm._ctx.get_logits(), shape=(self.vocab,)).argmax())
+
+    def _prompt(self, n: int) -> list[int]:
+        self._seed += 1
+        return common.random_prompts(1, n, self.vocab, self._seed)[0]
+
+    def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
+        if int(batch) != 1:
+            raise Unmeasured("the llama.cpp engine here decodes one sequence at a time (batch 1)")
+        tokens, reps, prompt_len = int(tokens), int(reps), int(prompt_len)
+        eng, wall, e2e, ttft, gen = [], [], [], [], []
+        for i in range(int(warmup) + reps):
+            if i >= int(warmup):
+                progress(f"llama.cpp decode {tokens} tokens, rep {i - int(warmup) + 1}/{reps}")
+            self.llm.reset()
+            self._lc.llama_perf_context_reset(self.llm.ctx)
+            ids = self._prompt(prompt_len)
+            t0 = time.perf_counter()
+            self.llm.eval(ids)
+            nxt = self._argmax()  # the first generated token (greedy)
+            t_first = time.perf_counter()
+            e0, n0, _, _ = self._perf()
+            for _ in range(tokens - 1):
+                self.llm.eval([nxt])
+                nxt = self._argmax()
+            t_last = time.perf_counter()
+            e1, n1, _, _ = self._perf()
+            n_dec = n1 - n0
+            common.check_count(n_dec + 1, tokens)
+            if i < int(warmup):
+                continue
+            eng.append(n_dec / ((e1 - e0) / 1000.0))
+            wall.append((tokens - 1) / (t_last - t_first))
+            e2e.append(t_last - t0)
+            ttft.append(t_first - t0)
+            gen.append(n_dec + 1)
+        return {"tok_s": eng, "tok_s_wall": wall, "total_tok_s": eng, "e2e_s": e2e, "ttft_s": ttft,
+                "generated": gen, "tokens": tokens, "batch": 1, "prompt_len": prompt_len,
+                "timing": "engine: llama_perf_context t_eval_ms over n_eval single-token decodes; "
+                          "wall: caller perf_counter first..last token"}
+
+    def prefill(self, prompt_len: int = 1024, reps: int = 5, repeat_prompt: bool = False, warmup: int = 1) -> dict:
+        prompt_len, reps = int(prompt_len), int(reps)
+        if prompt_len + 1 > self.n_ctx:
+            raise Unmeasured(f"prompt of {prompt_len} tokens exceeds n_ctx {self.n_ctx}")
+        same = self._prompt(prompt_len)
+        eng, wall = [], []
+        for i in range(int(warmup) + reps):
+            ids = same if repeat_prompt else self._prompt(prompt_len)
+            self.llm.reset()  # no prompt cache: every prompt is computed
+            self._lc.llama_perf_context_reset(self.llm.ctx)
+            t0 = time.perf_counter()
+            self.llm.eval(ids)
+            t1 = time.perf_counter()
+            _, _, pe, pn = self._perf()
+            if i < int(warmup):
+                continue
+            eng.append(prompt_len / (pe / 1000.0) if pe > 0 else float("inf"))
+            wall.append(prompt_len / (t1 - t0))
+        return {"tok_s": eng, "tok_s_wall": wall, "prompt_len": prompt_len, "repeat_prompt": bool(repeat_prompt),
+                "timing": "engine: prompt_len / llama_perf_context t_p_eval_ms; wall: caller around eval"}
+
+    def batch(self, concurrency: int = 16, **_) -> dict:
+        if int(concurrency) != 1:
+            raise Unmeasured("the llama.cpp engine here decodes one sequence at a time; use vllm for batching")
+        return self.decode(**_)
+
+    def close(self) -> None:
+        try:
+            self.llm.close()
+        except Exception:
+            pass
