@@ -358,8 +358,16 @@ class Session:
 
     # -- provenance and output -----------------------------------------------------------
     def progress(self, msg: str) -> None:
-        if self.reporter is not None and not getattr(self.reporter, "_vp_quiet", False):
-            self.reporter.write_line(f"  [voiceperf] {msg}")
+        """A progress line in the terminal, also while a test's output is being captured."""
+        tr = self.reporter
+        if tr is None or getattr(tr, "_vp_quiet", False):
+            return
+        capman = tr.config.pluginmanager.getplugin("capturemanager")
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                tr.write_line(f"  [voiceperf] {msg}")
+        else:
+            tr.write_line(f"  [voiceperf] {msg}")
 
     def provenance(self) -> dict:
         prov: dict[str, Any] = {

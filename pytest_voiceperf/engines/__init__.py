@@ -168,7 +168,7 @@ class EngineProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self, timeout: float = 30.0) -> None:
+    def close(self, timeout: float = 10.0) -> None:
         if self.alive:
             try:
                 self.proc.stdin.write(b'{"op": "stop"}\n')

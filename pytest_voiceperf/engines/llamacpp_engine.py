@@ -112,7 +112,8 @@ def _tensor_bytes(path: str) -> dict[str, int]:
 
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
-                 quant: str = "q4_0", n_ctx: int = 8192, n_threads: int = 0, seed: int = 0, **_):
+                 quant: str = "q4_0", n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
+                 use_extra_bufts: bool = False, **_):
         import llama_cpp
 
         if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
@@ -142,9 +143,26 @@ class Engine:
         self.tied = tied
         self.n_threads = int(n_threads) or (os.cpu_count() or 1)
         t1 = time.perf_counter()
-        self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
-                                   n_threads=self.n_threads, n_threads_batch=self.n_threads,
-                                   n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False)
+        # llama.cpp's CPU "extra buffer types" (weight repacking for AMX / AVX512 kernels) segfault in
+        # this build on any multi-token batch of a q4_0 or q8_0 model (seen with llama-cpp-python
+        # 0.3.36 on a Sapphire Rapids CPU): load without them; the plain ggml CPU kernels run
+        import llama_cpp.llama_cpp as lcc
+
+        orig = lcc.llama_model_default_params
+        self.extra_bufts = bool(use_extra_bufts)
+
+        def _params():
+            mp = orig()
+            mp.use_extra_bufts = self.extra_bufts
+            return mp
+
+        lcc.llama_model_default_params = _params
+        try:
+            self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
+                                       n_threads=self.n_threads, n_threads_batch=self.n_threads,
+                                       n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False)
+        finally:
+            lcc.llama_model_default_params = orig
         self.load_s = time.perf_counter() - t1
         self.vocab = self.llm.n_vocab()
         self.n_ctx = int(n_ctx)
@@ -167,11 +185,14 @@ class Engine:
                 "tied_embedding": ("counted once; decode reads it once per token as the output matrix" if self.tied
                                    else "untied: output matrix read per token, token_embd only one row per token"),
                 "n_threads": self.n_threads, "gpu_offload": self.device == "cuda",
+                "use_extra_bufts": self.extra_bufts,
                 "write_s": round(self.write_s, 2), "load_s": round(self.load_s, 2)}
 
     def _perf(self) -> tuple[float, int, float, int]:
         d = self._lc.llama_perf_context(self.llm.ctx)
-        return d.t_eval_ms, d.n_eval, d.t_p_eval_ms, d.n_p_eval
+        # llama.cpp reports max(1, count): a zero count shows as 1 with zero time
+        return (d.t_eval_ms, d.n_eval if d.t_eval_ms > 0 else 0,
+                d.t_p_eval_ms, d.n_p_eval if d.t_p_eval_ms > 0 else 0)
 
     def _argmax(self) -> int:
         import numpy as np
@@ -229,6 +250,7 @@ class Engine:
             self._lc.llama_perf_context_reset(self.llm.ctx)
             t0 = time.perf_counter()
             self.llm.eval(ids)
+            self._argmax()  # the first token: waits for the computation and books its time
             t1 = time.perf_counter()
             _, _, pe, pn = self._perf()
             if i < int(warmup):

@@ -86,11 +86,41 @@ def magpie_config(cfg: dict, codec_path: str, frame_stacking: int) -> dict:
     }
 
 
+def install_wandb_stub() -> str:
+    """NeMo's magpietts module imports ``wandb`` at the top (only its training loggers use it).
+
+    Where wandb is not installed, this worker process gets a stub module whose attributes raise.
+    """
+    import importlib.machinery
+    import importlib.util
+    import sys
+    import types
+
+    if importlib.util.find_spec("wandb") is not None:
+        return "real"
+    mod = types.ModuleType("wandb")
+    mod.__spec__ = importlib.machinery.ModuleSpec("wandb", None)
+
+    def _missing(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def unavailable(*_a, **_k):
+            raise RuntimeError(f"wandb.{name}: wandb is a stub in this pytest-voiceperf engine worker")
+
+        return unavailable
+
+    mod.__getattr__ = _missing
+    sys.modules["wandb"] = mod
+    return "stub (not installed)"
+
+
 class Engine:
     def __init__(self, model: str = "magpie-tts-tiny", config: dict | None = None, weights: str | None = None,
                  device: str = "cpu", frame_stacking: int | None = None, threads: int = 0,
                  text: str = DEFAULT_TEXT, **_):
         t_start = time.perf_counter()
+        self.wandb = install_wandb_stub()
         try:
             import torch
             from omegaconf import OmegaConf
@@ -208,7 +238,7 @@ class Engine:
             "samples_per_frame": int(m.codec_model_samples_per_frame),
             "params": total - codec, "codec_params": codec,
             "decoder_params": sum(p.numel() for p in m.decoder.parameters()),
-            "kv_cache": bool(m.use_kv_cache_for_inference), "text": self.text,
+            "kv_cache": bool(m.use_kv_cache_for_inference), "text": self.text, "wandb": self.wandb,
             "torch_threads": torch.get_num_threads(),
             "versions": {"nemo_toolkit": _dist_version("nemo_toolkit"), "torch": torch.__version__},
             "cuda_device": torch.cuda.get_device_name() if self.device == "cuda" else None,

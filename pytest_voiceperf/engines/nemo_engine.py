@@ -149,6 +149,7 @@ class Engine:
         from omegaconf import OmegaConf, open_dict
 
         self.torch = torch
+        self._default_threads = torch.get_num_threads()
         self.name = model
         self.device = "cuda" if device == "cuda" else "cpu"
         self.dtype = dtype or "float32"
@@ -225,9 +226,9 @@ class Engine:
         return info
 
     def _threads(self, threads) -> int:
+        """torch intra-op threads for this call (0: torch's default for this machine)."""
         t = int(threads or 0)
-        if t > 0:
-            self.torch.set_num_threads(t)
+        self.torch.set_num_threads(t if t > 0 else self._default_threads)
         return self.torch.get_num_threads()
 
     def _autocast(self):

@@ -264,13 +264,14 @@ def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: in
     samples = {
         "first_chunk_s": [p["first"] for p in per_run],
         "whole_s": [p["whole"] for p in per_run],
-        "chunk_rtf": [p["chunk_s"] / p["chunk_audio"] for p in per_run],
     }
     return Measurement(values, samples, info={
         **_engine_info(info), "patches": n, "timesteps": r["timesteps"],
         "arrivals_s": [run["arrivals"] for run in r["runs"]],
         "chunk_samples": [run["sizes"] for run in r["runs"]],
         "margins_s": [p["margins"] for p in per_run],
+        "chunk_rtf_per_run": [p["chunk_s"] / p["chunk_audio"] for p in per_run],
+        "late_per_run": [p["late"] for p in per_run],
         "on_time": [[m >= 0 for m in p["margins"]] for p in per_run],
         "method": "VoxCPM.generate_streaming, warm-up run at the same length; playback starts when the first "
                   "chunk arrives and stalls while a chunk is late",
@@ -321,7 +322,7 @@ def magpie(ctx, model: str = "magpie-tts-tiny", frame_stacking: int = 2, frames:
     }
     keep = ("engine", "model", "class", "dummy", "weights", "device", "frame_stacking", "model_type", "num_codebooks",
             "codebook_size", "sample_rate", "samples_per_frame", "params", "codec_params", "decoder_params",
-            "kv_cache", "torch_threads", "versions", "cuda_device")
+            "kv_cache", "torch_threads", "versions", "cuda_device", "wandb")
     return Measurement(values, {"step_s": step, "rtf": rtf}, info={
         **{k: info[k] for k in keep if k in info}, "runs": runs, "frames": n, "use_cfg": _bool(use_cfg),
         "method": "MagpieTTSModel.infer_batch (KV cache, local transformer, CFG), max_decoder_steps = "
