@@ -141,7 +141,10 @@ class Engine:
         # the input embedding is a row lookup; read in full only when it doubles as the output matrix
         self.read_bytes = self.weight_bytes - (0 if tied else sizes.get("token_embd.weight", 0))
         self.tied = tied
-        self.n_threads = int(n_threads) or (os.cpu_count() or 1)
+        # llama-cpp-python's own default (half the logical CPUs); its spinning thread pool collapses
+        # when other work shares the cores (2 threads on this 2-core machine under load: 6.6 tok/s,
+        # 1 thread: 11.9 tok/s for the 0.6B q4_0 shape)
+        self.n_threads = int(n_threads) or max((os.cpu_count() or 2) // 2, 1)
         t1 = time.perf_counter()
         # llama.cpp's CPU "extra buffer types" (weight repacking for AMX / AVX512 kernels) segfault in
         # this build on any multi-token batch of a q4_0 or q8_0 model (seen with llama-cpp-python

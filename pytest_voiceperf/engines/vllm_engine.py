@@ -33,14 +33,16 @@ def _loaded_param_bytes(model) -> dict:
         nb = p.numel() * p.element_size()
         total += nb
         by_dtype[str(p.dtype)] = by_dtype.get(str(p.dtype), 0) + nb
-    return {"bytes": int(total), "by_dtype": by_dtype}
+    return {"bytes": int(total), "by_dtype": by_dtype,
+            "note": "parameters torch sees in vLLM's worker; vLLM's CPU backend repacks linear weights into "
+                    "oneDNN handles that are not parameters, so on the CPU this undercounts"}
 
 
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
                  kv_cache_gib: float | None = None, max_model_len: int = 8192, prefix_caching: bool = False,
-                 max_num_seqs: int = 256, max_num_batched_tokens: int | None = None, seed: int = 0, **_):
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, seed: int = 0, **_):
         if quantization == "fp8" and device != "cuda":
             raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
         self.name = model
@@ -71,7 +73,8 @@ class Engine:
             model=self.dir, skip_tokenizer_init=True, dtype=dtype, quantization=quantization,
             enforce_eager=self.enforce_eager, max_model_len=self.max_model_len,
             enable_prefix_caching=self.prefix_caching, disable_log_stats=False, seed=seed,
-            max_num_seqs=int(max_num_seqs),
+            # the batch sweep goes to 1024 concurrent requests on CUDA (64 on the CPU)
+            max_num_seqs=int(max_num_seqs or (1024 if device == "cuda" else 256)),
         )
         if self.dummy:
             kwargs["load_format"] = "dummy"
@@ -166,7 +169,8 @@ class Engine:
             if m is None:
                 raise Unmeasured("vLLM returned no request metrics (disable_log_stats must be False)")
             r.update(n_engine=int(m.num_generation_tokens), scheduled_ts=m.scheduled_ts, queued_ts=m.queued_ts,
-                     first_ts=m.first_token_ts, last_ts=m.last_token_ts, preemptions=int(m.num_preemptions))
+                     first_ts=m.first_token_ts, last_ts=m.last_token_ts,
+                     preemptions=int(getattr(m, "num_preemptions", 0) or 0))
             res.append(r)
         return res
 
@@ -183,7 +187,8 @@ class Engine:
         """Per-request decode tok/s at ``batch`` concurrent requests, both clocks, raw samples."""
         tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
         for _ in range(int(warmup)):
-            self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), min(tokens, 16))
+            # same batch and prompt shapes as the measured runs (kernels for new shapes are built here)
+            self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), min(tokens, 4))
         per_req, per_req_wall, total, total_e2e, e2e, ttft, gen = [], [], [], [], [], [], []
         preempt = 0
         for i in range(reps):

@@ -19,9 +19,9 @@ case unmeasured: "measurement invalid").
 - ``llm.decode_fit``: per-token time = bytes / measured read bandwidth + a fixed overhead,
   across several models or precisions.
 
-Defaults that depend on the device (``tokens=0``, ``reps=0``, ``max_batch=0``): 128 tokens,
-5 repetitions and batches up to 1024 on CUDA; 64 tokens, 3 repetitions and batches up to 64 on
-the CPU.
+Defaults that depend on the device (``tokens=0``, ``reps=0``, ``max_batch=0``): decode 128
+tokens x 5 repetitions on CUDA, 64 x 3 on the CPU; the batch sweep 128 tokens x 3 repetitions up
+to 1024 concurrent requests on CUDA, 16 tokens x 1 up to 64 on the CPU (a few minutes there).
 """
 from __future__ import annotations
 
@@ -239,7 +239,7 @@ def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len
     fam, spec, m = _spec(ctx, model, engine, dtype, quantization)
     if fam == "llamacpp":
         raise Unmeasured("the llama.cpp engine here decodes one sequence at a time; use vllm for batching")
-    tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 32)
+    tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 16)
     reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
     at = _int(at, "at")
     max_batch = _int(max_batch, "max_batch") or (1024 if ctx.device == "cuda" else 64)

@@ -9,8 +9,9 @@
   the reply is ``reply_tokens x audio_s_per_token`` seconds of speech).
 
 The shares are of the summed compute time of the three stages for the turn. Outputs it relies on:
-``asr.stream``: rtf, audio_s; ``llm.decode``: tok_s (and weight_bytes for the bandwidth share);
-``llm.prefill``: tok_s (optional); ``tts.synthesis``: rtf, audio_s_per_patch.
+``asr.stream``: rtf, audio_s (args model, chunk_ms, reps); ``llm.decode``: tok_s (args model, engine,
+tokens, reps, dtype; weight_bytes and hw.read_bandwidth for the bandwidth share); ``llm.prefill``:
+tok_s (arg prompt_len; only when prompt_tokens > 0); ``tts.synthesis``: rtf, audio_s_per_patch.
 """
 from __future__ import annotations
 
@@ -68,7 +69,9 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     prefill_s = 0.0
     if int(prompt_tokens) > 0:
         pre_args = _accepts(ctx, "llm.prefill", {"model": llm_model, "engine": llm_engine,
-                                                 "tokens": int(prompt_tokens), "dtype": llm_dtype or None})
+                                                 "prompt_len": int(prompt_tokens), "dtype": llm_dtype or None})
+        if "prompt_len" not in pre_args:
+            raise Unmeasured("llm.prefill takes no prompt_len argument; pipeline.turn cannot size the prompt")
         pre = ctx.probe("llm.prefill", **pre_args)
         prefill_s = int(prompt_tokens) / _out(pre, "llm.prefill", "tok_s")
         llm_s += prefill_s

