@@ -63,6 +63,7 @@ class Loaded:
         return self.lines.get((), 1)
 
 
+_FLOAT12_RE = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+\.[0-9]*|[0-9]+)[eE][-+]?[0-9]{1,3}$")
 _INT_RE = re.compile(r"^[-+]?(0|[1-9][0-9_]*)$")
 
 
@@ -76,6 +77,8 @@ def _scalar(node: yaml.ScalarNode) -> Any:
         )
     tag = node.tag
     if tag == "tag:yaml.org,2002:str":
+        if not node.style and _FLOAT12_RE.match(value):
+            return float(value)  # YAML 1.2 reads 1.0e15 as a number; PyYAML (1.1) would keep a string
         return value
     if tag == "tag:yaml.org,2002:null":
         return None

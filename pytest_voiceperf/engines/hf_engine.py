@@ -78,7 +78,7 @@ class Engine:
         self.compile = compile
         self.version = transformers.__version__
         self.max_cache_len = int(max_cache_len)
-        self.counts = common.byte_counts(config, dtype, None)
+        self.counts = common.byte_counts(common.weights_config(config, weights), dtype, None)
         self.loaded = self._param_bytes()
         self._seed = 2000 + seed
         gc = self.model.generation_config

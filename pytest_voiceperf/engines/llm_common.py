@@ -24,6 +24,17 @@ def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     return d
 
 
+def weights_config(config: dict | None, weights: str | None) -> dict | None:
+    """The real checkpoint's own config.json when weights are given (bytes follow the loaded model)."""
+    if weights and os.path.isfile(os.path.join(weights, "config.json")):
+        try:
+            with open(os.path.join(weights, "config.json")) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            pass
+    return config
+
+
 def byte_counts(config: dict | None, dtype: str, quantization: str | None) -> dict:
     """Weight / KV bytes from the config's shapes (see :func:`models.qwen3_bytes`)."""
     if not config or config.get("model_type") != "qwen3":

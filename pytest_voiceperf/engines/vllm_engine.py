@@ -42,7 +42,8 @@ class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
                  kv_cache_gib: float | None = None, max_model_len: int = 8192, prefix_caching: bool = False,
-                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, seed: int = 0, **_):
+                 max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, seed: int = 0,
+                 gpu_memory_utilization: float = 0.8, **_):
         if quantization == "fp8" and device != "cuda":
             raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
         self.name = model
@@ -82,6 +83,9 @@ class Engine:
             kwargs["max_num_batched_tokens"] = int(max_num_batched_tokens)
         if device == "cuda" and kv is not None:
             kwargs["kv_cache_memory_bytes"] = int(float(kv) * 2**30)
+        elif device == "cuda":
+            # leave room for the session's ceiling probes (a 4 GiB read-bandwidth buffer, matmuls)
+            kwargs["gpu_memory_utilization"] = float(gpu_memory_utilization)
         progress(f"vllm {vllm.__version__}: loading {model} ({'dummy' if self.dummy else 'real'} weights, {dtype}"
                  f"{', ' + quantization if quantization else ''}, prefix caching {'on' if self.prefix_caching else 'off'})")
         self.llm = LLM(**kwargs)
@@ -89,8 +93,9 @@ class Engine:
         self.start_s = time.perf_counter() - t0
         self.version = vllm.__version__
         self._seed = 1000 + seed
-        self.counts = common.byte_counts(config, dtype, quantization)
-        self.meta = common.check_counts(config, self.counts)
+        cfg = common.weights_config(config, weights)
+        self.counts = common.byte_counts(cfg, dtype, quantization)
+        self.meta = common.check_counts(cfg, self.counts)
         try:
             loaded = self.llm.apply_model(_loaded_param_bytes)[0]
         except Exception as exc:
