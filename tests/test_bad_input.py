@@ -15,7 +15,7 @@ BAD = {
     "missing.yaml": ("id: c-miss\ntitle: t\nstatement: s\nmeasure:\n  m: t.const\nexpect: {min: 1}\n", 1,
                      "missing required key 'metric'"),
     "unknown-probe.yaml": (claim("c-up", measure="m: {probe: t.nothing}"), 5, "unknown probe 't.nothing'"),
-    "unknown-output.yaml": (claim("c-uo", metric="m.z * 2"), 6, "outputs are x, y"),
+    "unknown-output.yaml": (claim("c-uo", metric="m.z * 2"), 6, "outputs are rate, x, y"),
     "bad-expr.yaml": (claim("c-be", metric="m.x +* )"), 6, "not a valid expression"),
     "attr.yaml": (claim("c-at", metric="m.x.__class__"), 6, "attribute access"),
     "import.yaml": (claim("c-im", metric="__import__('os').system('touch pwned')"), 6, "only abs"),

@@ -52,7 +52,8 @@ class Engine:
         self.dtype = dtype
         self.quantization = quantization
         self.prefix_caching = bool(prefix_caching)
-        self.vocab = int((config or {}).get("vocab_size", 32000))
+        cfg = common.weights_config(config, weights)  # a real checkpoint's own config.json wins
+        self.vocab = int((cfg or {}).get("vocab_size", 32000))
         self.max_model_len = int(max_model_len)
         if enforce_eager is None:
             enforce_eager = device != "cuda"
@@ -93,13 +94,14 @@ class Engine:
         self.start_s = time.perf_counter() - t0
         self.version = vllm.__version__
         self._seed = 1000 + seed
-        cfg = common.weights_config(config, weights)
         self.counts = common.byte_counts(cfg, dtype, quantization)
         self.meta = common.check_counts(cfg, self.counts)
         try:
             loaded = self.llm.apply_model(_loaded_param_bytes)[0]
         except Exception as exc:
             loaded = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        if "bytes" in loaded and self.counts.get("weights"):
+            loaded["ratio_to_config_count"] = round(loaded["bytes"] / self.counts["weights"], 4)
         self.loaded = loaded
         # warm-up: first steps allocate and build kernels
         self._run(common.random_prompts(1, 16, self.vocab, 1), 8)
