@@ -237,7 +237,7 @@ def write_report(results_path: str, out_dir: str) -> dict:
     counts = prov.get("counts") or {}
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     head = ["", "claim", "measured", "expected", "margin", "reference"]
-    md = [f"# voiceperf report", "", f"{prov.get('device_name')} ({prov.get('device')}), profile "
+    md = ["# voiceperf report", "", f"{prov.get('device_name')} ({prov.get('device')}), profile "
           f"{prov.get('profile')}, {prov.get('created')}, commit {str(prov.get('git_commit'))[:10]}", "",
           f"**{summary}**" + ("" if prov.get("complete", True) else " (INCOMPLETE RUN)"), "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -330,20 +330,23 @@ class Engine:
         texts = [getattr(h, "text", h) if h is not None else "" for h in (hyps or [])]
         return {"times": times, "frames": frames, "flops": flops, "outs": outs, "texts": texts}
 
-    def _offline(self, buf, count_flops: bool = True) -> dict:
-        """The whole clip through the encoder at once (same look-ahead mask)."""
-        torch = self.torch
+    def _encode(self, sig, lens, count_flops: bool):
+        """One timed encoder pass: (encoded, lengths, seconds, FLOPs or None)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        sig, lens = buf.get_all_audios()
         fc = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
         self._sync()
         t0 = time.perf_counter()
-        with torch.inference_mode(), self._autocast(), fc:
+        with self.torch.inference_mode(), self._autocast(), fc:
             enc, enc_len = self.model.encoder(audio_signal=sig, length=lens)
         self._sync()
-        dt = time.perf_counter() - t0
-        return {"frames": int(enc_len[0]), "flops": float(fc.get_total_flops()) if count_flops else None,
+        return enc, enc_len, time.perf_counter() - t0, (float(fc.get_total_flops()) if count_flops else None)
+
+    def _offline(self, buf, count_flops: bool = True) -> dict:
+        """The whole clip through the encoder at once (same look-ahead mask)."""
+        sig, lens = buf.get_all_audios()
+        enc, enc_len, dt, flops = self._encode(sig, lens, count_flops)
+        return {"frames": int(enc_len[0]), "flops": flops,
                 "out": enc[0, :, : int(enc_len[0])].float().cpu(), "s": dt}
 
     def _streaming_cfg(self) -> dict:
@@ -455,8 +458,6 @@ class Engine:
         """Buffered streaming: every chunk, the last (left context + chunk) of features is re-encoded
         from scratch (no caches) and the chunk's new frames kept."""
         torch = self.torch
-        from torch.utils.flop_counter import FlopCounterMode
-
         att = self._set_rc(right_context)
         nthreads = self._threads(threads)
         a = self._audio(audio)
@@ -475,15 +476,10 @@ class Engine:
                 s = max(0, e - window)
                 x = sig[:, :, s:e]
                 ln = torch.tensor([e - s], device=sig.device)
-                fc = FlopCounterMode(display=False) if count else contextlib.nullcontext()
-                self._sync()
-                t0 = time.perf_counter()
-                with torch.inference_mode(), self._autocast(), fc:
-                    enc, enc_len = self.model.encoder(audio_signal=x, length=ln)
-                self._sync()
-                times.append(time.perf_counter() - t0)
+                _, _, dt, f = self._encode(x, ln, count)
+                times.append(dt)
                 if count:
-                    fl.append(float(fc.get_total_flops()))
+                    fl.append(f)
             return times, fl
 
         progress(f"nemo: buffered {chunk * self.window_stride * 1000:.0f} ms chunks, window "

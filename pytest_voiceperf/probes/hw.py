@@ -91,7 +91,6 @@ def read_bandwidth(ctx, mib: int = 0, dtype: str = "float32", reps: int = 0):
         results[name] = [nbytes / t for t in times]
     best = max(results, key=lambda k: summarize(results[k]))
     bws = results[best]
-    del x, methods
     return Measurement({"read_bw": summarize(bws), "bytes": float(nbytes_total)}, {"read_bw": bws},
                        info={"dtype": dtype, "method": best,
                              "medians": {k: summarize(v) for k, v in results.items()}})
@@ -107,7 +106,6 @@ def copy_bandwidth(ctx, mib: int = 0, reps: int = 0):
     nbytes = 2 * src.numel() * 4
     times = _timer(ctx, lambda: dst.copy_(src), warmup=3, reps=reps or (20 if ctx.device == "cuda" else 9))
     bws = [nbytes / t for t in times]
-    del src, dst
     return Measurement({"copy_bw": summarize(bws), "bytes": float(nbytes)}, {"copy_bw": bws},
                        info={"method": "tensor.copy_ (read+write counted)"})
 

@@ -14,7 +14,6 @@ written in YAML: lists are comma-separated strings ("4,8,12,16,20").
 """
 from __future__ import annotations
 
-import math
 import statistics
 
 from . import Measurement, Unmeasured, probe
