@@ -135,7 +135,7 @@ def plot_batch_sweep(results, out: Path, plt):
         label = "-".join(str(x) for x in (p.get("args") or {}).values())[:30]
         b = [s["batch"] for s in sweep]
         a1.plot(b, [s["total_tok_s"] for s in sweep], "o-", label=label)
-        per = [s.get("per_request_tok_s") or s.get("tok_s") for s in sweep]
+        per = [s.get("tok_s") for s in sweep]
         if all(per):
             a2.plot(b, [x / per[0] for x in per], "o-", label=label)
     for ax in (a1, a2):
@@ -154,17 +154,22 @@ def plot_tts(results, out: Path, plt):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     for _, p in entries:
+        import statistics
+
         info, v = p.get("info") or {}, p["values"]
-        pts = info.get("points") or []
-        xs = [q.get("audio_s") for q in pts]
-        ys = [q.get("time_s") for q in pts]
-        if not xs or None in xs:
+        xs = info.get("audio_s") or []
+        runs = info.get("times_s") or []
+        if not xs or len(runs) != len(xs):
             continue
-        label = "-".join(str(x) for x in (p.get("args") or {}).values())[:30]
+        ys = [statistics.median(t) for t in runs]
+        label = f"{(p.get('args') or {}).get('model', '')} {info.get('dtype', '')} optimize={info.get('optimize', '')}"
         ax.plot(xs, ys, "o", label=label)
-        if v.get("slope") is not None and v.get("intercept") is not None:
-            ax.plot([0, max(xs)], [v["intercept"], v["intercept"] + v["slope"] * max(xs)], "-",
-                    label=f"{v['slope']:.3g} x s + {v['intercept']:.3g} s (R² {v.get('r2', float('nan')):.3f})")
+        for x, t in zip(xs, runs):
+            ax.plot([x] * len(t), t, ".", color="gray", ms=2)
+        b, a = v.get("slope"), v.get("intercept_s")
+        if b is not None and a is not None:
+            ax.plot([0, max(xs)], [a, a + b * max(xs)], "-",
+                    label=f"{b:.3g} x s + {a:.3g} s (R² {v.get('r2', float('nan')):.3f})")
     ax.set_xlabel("audio length (s)")
     ax.set_ylabel("synthesis time (s)")
     ax.set_title("TTS: time vs audio length, with the linear fit")
