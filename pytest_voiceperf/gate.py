@@ -35,6 +35,8 @@ class Comparison:
 
 def direction_of_unit(unit: str) -> bool | None:
     u = (unit or "").strip()
+    if u.split("/")[0].strip() in ("s", "ms"):  # seconds per audio second, ms per token: lower is better
+        return False
     if u in HIGHER or u.endswith("/s"):
         return True
     if u in LOWER:

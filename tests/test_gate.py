@@ -112,3 +112,11 @@ def test_cli_compare_list_validate(vp):
     # t.const comes from the conftest, which the CLI does not load: named as unknown, with a line
     res.stdout.fnmatch_lines(["claims/a.yaml:5: unknown probe 't.const'*", "0 valid, 2 invalid"])
     assert res.ret == 1
+
+
+def test_directions_of_units():
+    from pytest_voiceperf.gate import direction_of_unit
+
+    assert direction_of_unit("tok/s") is True and direction_of_unit("FLOP/s") is True
+    assert direction_of_unit("s/s") is False and direction_of_unit("ms") is False  # time per second of audio
+    assert direction_of_unit("fraction") is None
