@@ -120,3 +120,25 @@ def test_directions_of_units():
     assert direction_of_unit("tok/s") is True and direction_of_unit("FLOP/s") is True
     assert direction_of_unit("s/s") is False and direction_of_unit("ms") is False  # time per second of audio
     assert direction_of_unit("fraction") is None
+
+
+def test_cli_report_writes_page_and_plots(vp):
+    (vp.path / "claims/hw.yaml").write_text("""\
+id: hw-small
+title: copy below read
+statement: copy moves fewer bytes per second than a read-only sum
+measure:
+  rd: {probe: hw.read_bandwidth, mib: 32}
+  mm: {probe: hw.matmul, dtype: bfloat16, n: 256}
+metric: mm.flops / rd.read_bw
+unit: FLOP/B
+expect: {min: 0}
+noise: {max_rel_spread: 50}
+""")
+    vp.runpytest("--voiceperf", "--voiceperf-json", "r.json")
+    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "report", "r.json", "-o", "rep")
+    assert res.ret == 0
+    page = (vp.path / "rep/index.html").read_text()
+    assert "hw-small" in page and '<img src="roofline.png"' in page
+    assert (vp.path / "rep/roofline.png").stat().st_size > 10000
+    assert "hw-small" in (vp.path / "rep/report.md").read_text()
