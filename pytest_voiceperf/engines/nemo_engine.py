@@ -387,15 +387,18 @@ class Engine:
         self.enc.set_default_att_context_size([int(x) for x in self.enc.att_context_size_all[0]])
         return {"rows": rows}
 
+    def _prepare(self, right_context: int, audio: str, threads: int):
+        """Right context set, threads set, the clip loaded into a streaming buffer."""
+        att = self._set_rc(right_context)
+        nthreads = self._threads(threads)
+        a = self._audio(audio)
+        return att, nthreads, a, len(a) / self.sample_rate, self._buffer([a])
+
     def stream(self, right_context: int = 0, audio: str = "", threads: int = 0, reps: int = 3,
                flops: bool = True) -> dict:
         """Cache-aware streaming of one clip: frames vs offline, per-chunk latency, RTF, FLOPs."""
         torch = self.torch
-        att = self._set_rc(right_context)
-        nthreads = self._threads(threads)
-        a = self._audio(audio)
-        dur = len(a) / self.sample_rate
-        buf = self._buffer([a])
+        att, nthreads, a, dur, buf = self._prepare(right_context, audio, threads)
         cfg = self.streaming_config(right_context)
         # The clip is padded with silence (< one 80 ms frame) to a whole number of encoder frames,
         # as a live client flushes its last partial frame: NeMo's CacheAwareStreamingAudioBuffer
@@ -458,11 +461,7 @@ class Engine:
         """Buffered streaming: every chunk, the last (left context + chunk) of features is re-encoded
         from scratch (no caches) and the chunk's new frames kept."""
         torch = self.torch
-        att = self._set_rc(right_context)
-        nthreads = self._threads(threads)
-        a = self._audio(audio)
-        dur = len(a) / self.sample_rate
-        buf = self._buffer([a])
+        att, nthreads, a, dur, buf = self._prepare(right_context, audio, threads)
         sig, lens = buf.get_all_audios()
         total = int(lens[0])
         sub = int(self.enc.subsampling_factor)
