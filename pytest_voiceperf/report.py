@@ -37,15 +37,33 @@ def terminal_table(tr, results: list[dict], config) -> None:
                 tr.write_line(f"{MARK[r['outcome']]:<6} {r['nodeid']}: {r.get('reason', '')[:90]}")
         return
     rows = [row(r) for r in results]
-    widths = [6, 40, 20, 16, 7]
-    header = ("", "claim", "measured", "expected", "margin", "reference")
+    widths = [6, 46, 22, 16]
+    header = ("", "claim", "measured", "expected", "margin")
     tr.write_line(_fmt(header, widths))
     for rw, r in zip(rows, results):
         kw = {"green": True} if r["outcome"] in ("passed", "xfailed") else \
              {"red": True} if r["outcome"] in ("failed", "error") else {"yellow": True}
-        tr.write_line(_fmt(rw, widths), **kw)
-        if r["outcome"] in ("unmeasured", "error", "xfailed") and r.get("reason"):
+        tr.write_line(_fmt(rw[:5], widths), **kw)
+        if r["outcome"] in ("unmeasured", "error", "xfailed", "failed") and r.get("reason"):
             tr.write_line(f"       -> {r['reason'][:92]}")
+        if r["outcome"] == "unmeasured" and r.get("probes"):
+            figs = _probe_figures(r)
+            if figs:
+                tr.write_line(f"       measured anyway: {figs[:80]}")
+        if rw[5]:
+            tr.write_line(f"       document: {rw[5][:83]}")
+
+
+def _probe_figures(r: dict) -> str:
+    """The first output of each probe that was measured before the case became unmeasured."""
+    out = []
+    for alias, p in r["probes"].items():
+        units = p.get("units") or {}
+        for name, v in (p.get("values") or {}).items():
+            if isinstance(v, (int, float)):
+                out.append(f"{alias}.{name} {fmt_value(v, units.get(name, ''))}")
+                break
+    return ", ".join(out)
 
 
 def _fmt(cols, widths) -> str:
