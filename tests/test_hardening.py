@@ -198,3 +198,53 @@ def test_gpus_option_needs_gpus(vp, monkeypatch):
     res = vp.runpytest("--voiceperf", "--voiceperf-gpus", "all")
     assert res.ret == 4
     res.stderr.fnmatch_lines(["*--voiceperf-gpus: no GPU visible*"])
+
+
+# a probe that kills the real vLLM engine's worker process in the middle of a decode
+KILL_VLLM = textwrap.dedent('''
+    import os, signal, threading
+    from pytest_voiceperf.probes import Measurement, probe
+    from pytest_voiceperf.probes.llm import _spec
+
+    @probe("t.kill_vllm", outputs={"x": ""}, engine="llm")
+    def kill_vllm(ctx, model: str = "qwen3-tiny"):
+        fam, spec, _ = _spec(ctx, model, "vllm", "bfloat16", "none")
+        eng = ctx.engine(fam, spec)
+        threading.Timer(2.0, os.kill, (eng.proc.pid, signal.SIGKILL)).start()
+        ctx.call(fam, spec, "decode", tokens=100000, reps=50)
+        return Measurement({"x": 1.0})
+
+    def pytest_voiceperf_add_probes(registry):
+        registry.add(kill_vllm.voiceperf_probe)
+''')
+
+
+def test_killed_vllm_worker_is_an_error_and_the_next_claim_gets_a_fresh_engine(pytester):
+    pytest.importorskip("vllm")
+    pytester.makeconftest(KILL_VLLM)
+    pytester.mkdir("claims")
+    (pytester.path / "claims/a.yaml").write_text(textwrap.dedent("""\
+        id: a-killed
+        title: t
+        statement: t
+        measure:
+          k: {probe: t.kill_vllm}
+        metric: k.x
+        expect: {min: 0}
+        """))
+    (pytester.path / "claims/b.yaml").write_text(textwrap.dedent("""\
+        id: b-after
+        title: t
+        statement: decode works again on a fresh engine
+        measure:
+          d: {probe: llm.decode, model: qwen3-tiny, engine: vllm, tokens: 16, reps: 2}
+        metric: d.generated
+        expect: {equals: 16}
+        noise: {max_rel_spread: 50}
+        """))
+    res = pytester.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:randomly")
+    r = results(pytester)
+    assert r["a-killed"]["outcome"] == "error", r["a-killed"]
+    assert "killed by SIGKILL" in r["a-killed"]["reason"]
+    assert r["b-after"]["outcome"] == "passed", (r["b-after"], res.stdout.str()[-3000:])
+    assert res.stdout.str().count("starting engine vllm") == 2
