@@ -173,3 +173,20 @@ expect: {min: 1.0e8}
         assert r["probes"]
         for p in r["probes"].values():
             assert len(next(iter(p["samples"].values()))) >= 5
+
+
+def test_python_check_combines_probe_fixture_with_pytest_benchmark(vp):
+    pytest.importorskip("pytest_benchmark")
+    vp.makepyfile(test_bench="""
+        import torch
+
+        def test_copy_is_below_the_measured_read_ceiling(voiceperf, benchmark):
+            ceiling = voiceperf.probe("hw.read_bandwidth", mib=64, reps=3).values["read_bw"]
+            src = torch.rand(16 * 2**20)
+            dst = torch.empty_like(src)
+            benchmark.pedantic(dst.copy_, args=(src,), rounds=5, warmup_rounds=1)
+            read_rate = src.numel() * 4 / benchmark.stats.stats.median
+            assert read_rate < 3 * ceiling   # a copy cannot read much faster than memory can be read
+    """)
+    res = vp.runpytest("test_bench.py", "--benchmark-disable-gc")
+    res.assert_outcomes(passed=1)
