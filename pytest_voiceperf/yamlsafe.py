@@ -17,10 +17,9 @@ from typing import Any
 
 import yaml
 
-try:  # the C composer is faster but must behave the same
-    from yaml import CSafeLoader as _Loader
-except ImportError:  # pragma: no cover
-    from yaml import SafeLoader as _Loader  # type: ignore
+# The pure-Python composer: claim files are small, and libyaml's CParser objects were seen to
+# crash the interpreter's garbage collector (a segfault in "Garbage-collecting") after many loads.
+from yaml import SafeLoader as _Loader
 
 MAX_FILE_BYTES = 256 * 1024
 MAX_DEPTH = 12
