@@ -354,14 +354,10 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):
         return  # the xdist controller writes the one results file
     state = config.stash.get(STASH_STATE, None)
-    if state is None:
+    if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
         return
     from . import results
 
-    if vs is None:
-        from .session import Options, Session
-
-        vs = Session(Options(device=config.getoption("voiceperf_device")), state.registry, config.rootpath)
     vs.complete = int(exitstatus) != pytest.ExitCode.INTERRUPTED
     doc = results.document(vs, list(state.results.values()), config)
     path = config.getoption("voiceperf_json")
