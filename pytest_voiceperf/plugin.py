@@ -52,6 +52,9 @@ def pytest_addoption(parser):
     g.addoption("--voiceperf-allow-mismatch", action="store_true",
                 help="compare with a baseline from other hardware, engine versions or weights")
     g.addoption("--voiceperf-gpus", metavar="all|N", help="one pytest-xdist worker per GPU")
+    g.addoption("--voiceperf-resume", metavar="PATH",
+                help="finish an interrupted run: skip the cases that PATH (a results file or its .partial) "
+                     "already holds, and copy them into this run's results (cases that ended in 'error' run again)")
     parser.addini("voiceperf_claims", "claim files or folders", type="paths", default=[])
     parser.addini("voiceperf_timeout", "time limit of one claim case in seconds", default="900")
     parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
@@ -175,6 +178,7 @@ def pytest_sessionstart(session):
         except ValueError:
             raise pytest.UsageError(f"ini option {name} must be a number") from None
 
+    _resumed(config)  # a bad --voiceperf-resume file is a usage error before anything is measured
     opts = Options(
         device=config.getoption("voiceperf_device"),
         profile=config.getoption("voiceperf_profile"),
@@ -225,6 +229,26 @@ def get_session(config):
     return config.stash.get(STASH_SESSION, None)
 
 
+_RESUME = pytest.StashKey[dict]()
+
+
+def _resumed(config) -> dict:
+    """nodeid -> result of the cases an earlier (interrupted) run finished (--voiceperf-resume)."""
+    path = config.getoption("voiceperf_resume", None)
+    if not path:
+        return {}
+    if _RESUME not in config.stash:
+        from . import results
+
+        try:
+            doc = results.read(path)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--voiceperf-resume: {exc}") from None
+        config.stash[_RESUME] = {r["nodeid"]: r for r in doc["results"]
+                                 if isinstance(r, dict) and r.get("nodeid") and r.get("outcome") != "error"}
+    return config.stash[_RESUME]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
@@ -239,6 +263,12 @@ def pytest_collection_modifyitems(session, config, items):
             dropped.append(item)
         else:
             keep.append(item)
+    done = _resumed(config)
+    if done:
+        keep2 = []
+        for item in keep:
+            (dropped if isinstance(item, ClaimItem) and item.nodeid in done else keep2).append(item)
+        keep = keep2
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -340,6 +370,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
         gate.summary(terminalreporter)
+    done = _resumed(config)
+    if done:
+        ran = {r.get("nodeid") for r in state.results.values()}
+        kept = sum(1 for n in done if n not in ran)
+        terminalreporter.write_line(f"voiceperf: {kept} case(s) kept from {config.getoption('voiceperf_resume')} "
+                                    "(not run again; in the results file)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -359,7 +395,14 @@ def pytest_sessionfinish(session, exitstatus):
     from . import results
 
     vs.complete = int(exitstatus) != pytest.ExitCode.INTERRUPTED
-    doc = results.document(vs, list(state.results.values()), config)
+    rows = list(state.results.values())
+    done = _resumed(config)
+    if done:
+        ran = {r.get("nodeid") for r in rows}
+        rows = [dict(r, resumed=True) for n, r in done.items() if n not in ran] + rows
+    doc = results.document(vs, rows, config)
+    if done:
+        doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
     path = config.getoption("voiceperf_json")
     if path:
         results.write(path, doc)

@@ -167,6 +167,28 @@ def test_interrupted_run_keeps_previous_results_and_marks_the_partial_one(vp):
     assert not list(vp.path.glob(".out.json.*.tmp"))
 
 
+def test_resume_finishes_an_interrupted_run_without_measuring_again(vp):
+    (vp.path / "claims/a.yaml").write_text(claim("first", "method: echo, value: 1.0"))
+    (vp.path / "claims/b.yaml").write_text(claim("hangs", "model: b, method: hang, seconds: 600"))
+    code, out = _run_and_interrupt(vp.path, signal.SIGINT)
+    assert code == 2, out
+    first = json.loads((vp.path / "out.json.partial").read_text())["results"][0]
+    # the user fixes what hung and finishes the run from the partial file
+    (vp.path / "claims/b.yaml").write_text(claim("hangs", "model: b, method: echo, value: 2.0"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json", "--voiceperf-resume", "out.json.partial")
+    res.assert_outcomes(passed=1, deselected=1)
+    res.stdout.fnmatch_lines(["*1 case(s) kept from out.json.partial*"])
+    assert "starting engine selftest (a)" not in res.stdout.str()  # 'first' was not measured again
+    doc = json.loads((vp.path / "out.json").read_text())
+    assert doc["provenance"]["complete"] is True and doc["provenance"]["resumed_from"] == "out.json.partial"
+    r = {x["claim"]: x for x in doc["results"]}
+    assert r["first"]["resumed"] is True and r["first"]["samples"] == first["samples"]
+    assert r["hangs"]["outcome"] == "passed" and "resumed" not in r["hangs"]
+    res = vp.runpytest("--voiceperf", "--voiceperf-resume", "missing.json")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*--voiceperf-resume: missing.json: not a voiceperf results file*"])
+
+
 def test_one_worker_per_gpu_groups_claims_by_engine(vp, monkeypatch):
     pytest.importorskip("xdist")
     for model in ("a", "b"):

@@ -174,7 +174,7 @@ class EngineProcess:
                 self.proc.stdin.write(b'{"op": "stop"}\n')
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=timeout)
-            except Exception:
+            except (Exception, KeyboardInterrupt):  # a second Ctrl-C while stopping: kill it instead
                 pass
         self.kill()
 
