@@ -3,4 +3,5 @@
 set -euo pipefail
 mkdir -p /tmp/parts
 cp -v .whl/parts/* /tmp/parts/
+sha256sum /tmp/parts/* | cut -c1-16
 ls -la /tmp/parts | tail -3

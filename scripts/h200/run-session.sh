@@ -2,8 +2,10 @@
 # On the H200 (one call): install the carried wheels, then run claim folders on CUDA, each bounded
 # by a wall-clock limit; a limit hit interrupts pytest (SIGINT), which still writes NAME.json.partial.
 # usage: scripts/h200/run-session.sh "NAME:SECONDS:claims/dir[,claims/dir2]:extra pytest args" ...
+# NO_VLLM=1 scripts/h200/run-session.sh ... runs the LLM claims on the transformers engine instead.
 set -uo pipefail
-. scripts/h200/install.sh >/dev/null 2>&1
+. scripts/h200/install.sh >/tmp/install.log 2>&1
+tail -7 /tmp/install.log
 export PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
 for spec in "$@"; do
