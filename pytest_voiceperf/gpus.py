@@ -66,6 +66,15 @@ class _Controller:
         wid = node.workerinput["workerid"]  # gw0, gw1, ...
         node.workerinput["voiceperf_gpu"] = self.gpus[int(wid[2:]) % len(self.gpus)]
 
+    def pytest_testnodedown(self, node, error):
+        """A worker's engines go into the one results file's provenance."""
+        from .plugin import get_session
+
+        vs = get_session(node.config)
+        engines = getattr(node, "workeroutput", {}).get("voiceperf_engines")
+        if vs is not None and engines:
+            vs.engines.started.extend(engines)
+
 
 def bind_worker(config) -> None:
     """Worker side: see only this worker's GPU (before CUDA is initialised)."""

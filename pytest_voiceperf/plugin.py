@@ -388,7 +388,12 @@ def pytest_sessionfinish(session, exitstatus):
     if vs is not None:
         vs.close()
     if hasattr(config, "workerinput"):
-        return  # the xdist controller writes the one results file
+        # the xdist controller writes the one results file; it learns this worker's engines here
+        if vs is not None and hasattr(config, "workeroutput"):
+            gpu = config.workerinput.get("voiceperf_gpu")
+            config.workeroutput["voiceperf_engines"] = [
+                dict(e, worker=config.workerinput.get("workerid"), gpu=gpu) for e in vs.engines.started]
+        return
     state = config.stash.get(STASH_STATE, None)
     if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
         return

@@ -247,6 +247,11 @@ class Session:
                     f"measurement invalid: {name} implies {fmt_value(implied, unit)}, "
                     f"{implied / ceil:.2f}x the {label} ({fmt_value(ceil, unit)}); "
                     f"a figure above a physical ceiling is a broken measurement ({m.info.get('invalid_hint', 'check caching and timing')})")
+        if m.invalid:
+            below = "; ".join(f"it implies {fmt_value(c['implied'], 'B/s' if k == 'read_bw' else 'FLOP/s')}, "
+                              f"{c['ratio']:.2f}x the {ceiling_for(k)[3]}: below that ceiling, so only the engine's "
+                              "own count shows it" for k, c in m.info.get("ceilings", {}).items())
+            raise InvalidMeasurement(f"measurement invalid: {name}: {m.invalid}" + (f" ({below})" if below else ""))
 
     # -- cases ---------------------------------------------------------------------------
     def requirement_unmet(self, req: str) -> str | None:

@@ -210,6 +210,9 @@ def test_one_worker_per_gpu_groups_claims_by_engine(vp, monkeypatch):
     for rr in r.values():
         pids[rr["claim"][0]].add(rr["probes"]["e"]["values"]["pid"])
     assert all(len(p) == 1 for p in pids.values())  # one engine start per model
+    engines = json.loads((vp.path / "out.json").read_text())["provenance"]["engines"]
+    assert sorted((e["spec"]["model"], e["worker"], e["gpu"]) for e in engines) == sorted(
+        (m, w, g) for m, v in by_model.items() for w, g in v)  # each worker's engines, in the provenance
 
 
 def test_gpus_option_needs_gpus(vp, monkeypatch):

@@ -62,11 +62,12 @@ SHARED = {
     "t-trap.yaml": f"""
         id: t-trap
         title: the prefix-cache trap
-        statement: the cached prefill implies more than the matmul peak and is invalid
+        statement: the cached prefill is invalid, above the matmul peak (long prompt) or not (short one)
         params:
           cache: ["off", "on"]
+          prompt_len: [8000, 300]
         measure:
-          p: {{probe: llm.prefill, model: {TINY}, prompt_len: 8000, reps: 3, cache: "{{cache}}"}}
+          p: {{probe: llm.prefill, model: {TINY}, prompt_len: "{{prompt_len}}", reps: 3, cache: "{{cache}}"}}
           mm: {{probe: hw.matmul, dtype: bfloat16}}
         metric: p.flops / mm.flops
         unit: fraction
@@ -224,13 +225,21 @@ def test_prefill_vllm_flops(pytester):
 @needs_vllm
 def test_prefix_cache_trap_is_invalid(pytester):
     res, by, _ = _shared(pytester)
-    honest, cached = by["t-trap[off]"], by["t-trap[on]"]
+    honest, cached = by["t-trap[off-8000]"], by["t-trap[on-8000]"]
     assert honest["outcome"] == "passed", honest["reason"]
+    assert honest["probes"]["p"]["values"]["cached_tokens"] == 0
     assert cached["outcome"] == "unmeasured"
     assert cached["reason"].startswith("measurement invalid: llm.prefill implies")
     assert "FLOP/s" in cached["reason"] and "bfloat16 matmul peak" in cached["reason"]
     assert "prefix caching was on" in cached["reason"]
-    res.stdout.fnmatch_lines(["*UNMEAS*t-trap[[]on[]]*", "*measurement invalid*"])
+    res.stdout.fnmatch_lines(["*UNMEAS*t-trap[[]on-8000[]]*", "*measurement invalid*"])
+    # a cached figure that stays below the ceiling (a short prompt; a fast GPU) is still caught:
+    # vLLM counts the prompt tokens its prefix cache served
+    assert by["t-trap[off-300]"]["outcome"] == "passed", by["t-trap[off-300]"]["reason"]
+    short = by["t-trap[on-300]"]
+    assert short["outcome"] == "unmeasured"
+    assert short["reason"].startswith("measurement invalid: llm.prefill: the engine served")
+    assert "prefix cache (vLLM num_cached_tokens)" in short["reason"] and "below that ceiling" in short["reason"]
 
 
 @needs_vllm

@@ -148,7 +148,7 @@ class Engine:
             t_submit = time.monotonic()
             got = eng.add_request(rid, {"prompt_token_ids": ids}, sp)
             reqs[rid] = {"prompt_len": len(ids), "t_submit": t_submit, "n": 0, "t_first": None, "n_first": 0,
-                         "t_last": None, "metrics": None}
+                         "t_last": None, "metrics": None, "cached": 0}
             if isinstance(got, str) and got != rid:  # vLLM may return its internal id (with a suffix)
                 alias[got] = rid
         pending = len(reqs)
@@ -167,6 +167,8 @@ class Engine:
                         r["t_first"], r["n_first"] = t, k
                     r["t_last"] = t
                     r["n"] += k
+                # prompt tokens the prefix cache answered (vLLM's own count)
+                r["cached"] = max(r["cached"], int(getattr(out, "num_cached_tokens", 0) or 0))
                 if out.finished:
                     r["metrics"] = out.metrics
                     pending -= 1
@@ -229,7 +231,7 @@ class Engine:
         same = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
         for _ in range(int(warmup)):
             self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
-        eng, wall = [], []
+        eng, wall, cached = [], [], []
         for i in range(reps):
             progress(f"vllm prefill {prompt_len} tokens, rep {i + 1}/{reps}"
                      + (" (repeated prompt)" if repeat_prompt else ""))
@@ -238,7 +240,9 @@ class Engine:
             common.check_count(r["n_engine"], 1)
             eng.append(prompt_len / (r["first_ts"] - r["scheduled_ts"]))
             wall.append(prompt_len / (r["t_first"] - r["t_submit"]))
-        return {"tok_s": eng, "tok_s_wall": wall, "prompt_len": prompt_len, "repeat_prompt": bool(repeat_prompt),
+            cached.append(r["cached"])
+        return {"tok_s": eng, "tok_s_wall": wall, "cached_tokens": cached, "prompt_len": prompt_len,
+                "repeat_prompt": bool(repeat_prompt),
                 "prefix_caching": self.prefix_caching,
                 "timing": "engine: prompt_len / (first_token_ts - scheduled_ts); wall: caller submit..first token"}
 

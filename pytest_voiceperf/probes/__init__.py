@@ -37,6 +37,9 @@ class Measurement:
     # figures the measurement implies, checked against ceilings measured in the same session:
     # {"read_bw": bytes/s} or {"matmul_flops:bfloat16": FLOP/s}
     implies: dict[str, float] = field(default_factory=dict)
+    # set by a probe that can tell its own figure is not what it claims to be (e.g. the engine
+    # reports prefix-cache hits in a prefill timing): the case is "unmeasured: measurement invalid"
+    invalid: str | None = None
 
     def spread(self, name: str) -> tuple[float, float] | None:
         s = self.samples.get(name)

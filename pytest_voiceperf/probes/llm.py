@@ -13,7 +13,7 @@ case unmeasured: "measurement invalid").
   caching off (``cache: on`` turns it on and repeats one prompt: the trap of the document);
   achieved FLOP/s = 2 x non-embedding parameters x tok/s.
 - ``llm.batch``: concurrency sweep 1, 2, 4, ... (through ``at`` and on until total throughput
-  stops rising, or ``max_batch``): per-request slowdown, total throughput, achieved FLOP/s.
+  stops rising for two doublings in a row, or ``max_batch``): per-request slowdown, total throughput, achieved FLOP/s.
 - ``llm.crossover``: the batch where decode turns compute-bound, from the sweep: saturated
   total throughput / batch-1 throughput (the roofline max(bandwidth, compute) model).
 - ``llm.decode_fit``: per-token time = bytes / measured read bandwidth + a fixed overhead,
@@ -91,10 +91,11 @@ def _key(args: dict) -> str:
     """Which engine instance a call needs (cases sharing it run together)."""
     model = args.get("model")
     if model is None and args.get("variants"):
-        # right after the cases of the first variant's engine (which the fit reuses)
+        # after every single-engine case ("~" sorts last): in one process the decodes the fit needs are
+        # then already measured (memoized), so the fit starts no engine of its own
         first = str(args["variants"]).split(",")[0].split(":")
         first += ["bfloat16", "none"][len(first) - 1:]
-        return f"{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off~fit"
+        return f"~fit:{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off"
     cache = args.get("cache", "off")
     return f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}:{cache}"
 
@@ -189,7 +190,7 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
 # -- prefill -----------------------------------------------------------------------------------
 @probe("llm.prefill", engine="llm", engine_key=_key,
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
-                "ttft_s": "s", "non_embedding_params": ""},
+                "ttft_s": "s", "non_embedding_params": "", "cached_tokens": "tokens"},
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
 def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
             prompt_len: int = 1024, reps: int = 0, cache: str = "off"):
@@ -212,8 +213,15 @@ def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "
                                 "the hardware did not compute the prompt")
     values = {"tok_s": tok, "tok_s_wall": _med(r["tok_s_wall"]), "flops": 2.0 * nonemb * tok,
               "prompt_len": float(prompt_len), "ttft_s": prompt_len / tok, "non_embedding_params": float(nonemb)}
+    invalid = None
+    cached = r.get("cached_tokens")
+    if cached is not None:  # the engine counts the prompt tokens its prefix cache answered (vLLM does)
+        values["cached_tokens"] = _med(cached)
+        if max(cached) > 0:
+            invalid = (f"the engine served {values['cached_tokens']:.0f} of {prompt_len} prompt tokens from its "
+                       "prefix cache (vLLM num_cached_tokens): the figure is the cache's speed, not prefill compute")
     return Measurement(values, {"tok_s": r["tok_s"], "flops": flops}, info=info,
-                       implies={_matmul_key(spec): 2.0 * nonemb * tok})
+                       implies={_matmul_key(spec): 2.0 * nonemb * tok}, invalid=invalid)
 
 
 # -- batch sweep -------------------------------------------------------------------------------
@@ -225,8 +233,11 @@ def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -
         r, info = _call(ctx, fam, spec, "batch", concurrency=b, tokens=tokens, reps=reps, prompt_len=prompt_len)
         rows.append({"batch": b, "tok_s": _med(r["tok_s"]), "total_tok_s": _med(r["total_tok_s"]),
                      "tok_s_samples": r["tok_s"], "total_samples": r["total_tok_s"]})
-        gain = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1 if len(rows) > 1 else 1.0
-        saturated = len(rows) > 1 and gain < stop_gain
+        # flat: no better than the best smaller batch by stop_gain. Saturated: two flat doublings in a
+        # row (one flat point can be noise: seen on the H200, 4B FP8 dipped at 128 and rose again)
+        best = max((r["total_tok_s"] for r in rows[:-1]), default=None)
+        rows[-1]["flat"] = best is not None and rows[-1]["total_tok_s"] < best * (1 + stop_gain)
+        saturated = rows[-1]["flat"] and len(rows) > 2 and rows[-2]["flat"]
         if b >= max_batch or (b >= at and saturated):
             return rows, info
         nb = b * 2
@@ -259,7 +270,7 @@ BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "t
 def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
           at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0, prompt_len: int = 32,
           stop_gain: float = 0.1):
-    """Concurrency sweep 1, 2, 4, ... through ``at``, then on until total throughput rises < stop_gain per doubling."""
+    """Concurrency sweep 1, 2, 4, ... through ``at``, then on until two doublings in a row beat the best by < stop_gain."""
     fam, spec, m, rows, info, used = _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len,
                                                 at, max_batch, stop_gain)
     info = dict(info)
@@ -299,7 +310,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
     if len(rows) < 2:
         raise Unmeasured("the sweep has a single batch size")
     gain_last = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1
-    if gain_last >= float(stop_gain):
+    if not rows[-1].get("flat", gain_last < float(stop_gain)):
         raise Unmeasured(
             f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
             f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "

@@ -15,8 +15,11 @@ if ls /tmp/parts/vsite.tar.xz.* >/dev/null 2>&1 && [ ! -d /tmp/vsite/vllm ]; the
     cat /tmp/parts/vsite.tar.xz.* | python3 -c "import lzma,sys,tarfile; tarfile.open(fileobj=lzma.open(sys.stdin.buffer),mode='r|').extractall('/tmp')"
   fi
 fi
+# (sourced again in one shell: drop what an earlier sourcing put on the path)
+PYTHONPATH=$(printf %s "${PYTHONPATH:-}" | tr : '\n' | grep -v -x -e "$PWD" -e /tmp/site -e /tmp/vsite | paste -sd: -)
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 # NO_VLLM=1 leaves vllm off the path: the LLM probes then run on the transformers engine
+# (seen 2026-11-29: without this clean-up a second sourcing with NO_VLLM=1 kept vllm on the path)
 [ -d /tmp/vsite/vllm ] && [ -z "${NO_VLLM:-}" ] && export PYTHONPATH="$PYTHONPATH:/tmp/vsite"
 # voxcpm imports torchaudio at the top; the image's torchaudio matches its torch, keep it
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
