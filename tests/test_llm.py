@@ -341,3 +341,25 @@ def test_cpu_profile_of_shipped_llm_claims(pytester):
     assert by["llm-prefill-cache-trap[qwen3-0.6b-on]"]["reason"].startswith("measurement invalid")
     assert by["llm-prefill-cache-trap[qwen3-0.6b-off]"]["outcome"] == "passed"
     assert "CUDA" in by["llm-precision-speedup[qwen3-0.6b]"]["reason"]
+
+
+def test_tensor_parallel_needs_vllm_and_gpus(pytester):
+    """tp > 1 is checked before any engine starts: CUDA and enough visible GPUs, vLLM only."""
+    pytester.mkdir("claims")
+    (pytester.path / "claims/tp.yaml").write_text(textwrap.dedent(f"""\
+        id: tp
+        title: t
+        statement: t
+        params:
+          engine: [vllm, transformers]
+        measure:
+          d: {{probe: llm.decode, model: {TINY}, engine: "{{engine}}", tp: 2}}
+        metric: d.tok_s
+        expect: {{min: 0}}
+        """))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "out.json", "--voiceperf-device", "cpu")
+    res.assert_outcomes()  # nothing passed or failed
+    by = {r["nodeid"].split("::")[1]: r for r in json.loads((pytester.path / "out.json").read_text())["results"]}
+    assert by["tp[vllm]"]["reason"] == "tensor parallel over 2 GPUs needs CUDA; this run is on the CPU"
+    assert by["tp[transformers]"]["reason"] == "tensor parallel (tp 2) runs on the vLLM engine only, not transformers"
+    assert "starting engine" not in res.stdout.str()

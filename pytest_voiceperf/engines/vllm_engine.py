@@ -43,7 +43,7 @@ class Engine:
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
                  kv_cache_gib: float | None = None, max_model_len: int = 8192, prefix_caching: bool = False,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, seed: int = 0,
-                 gpu_memory_utilization: float = 0.8, **_):
+                 gpu_memory_utilization: float = 0.8, tensor_parallel_size: int = 1, **_):
         if quantization == "fp8" and device != "cuda":
             raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
         self.name = model
@@ -78,6 +78,12 @@ class Engine:
             # the batch sweep goes to 1024 concurrent requests on CUDA (64 on the CPU)
             max_num_seqs=int(max_num_seqs or (1024 if device == "cuda" else 256)),
         )
+        self.tp = int(tensor_parallel_size)
+        if self.tp > 1:
+            kwargs["tensor_parallel_size"] = self.tp
+            # NVLink multicast off (NCCL NVLS can take a shared host's GPUs down)
+            for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+                os.environ.setdefault(k, "0" if k == "NCCL_NVLS_ENABLE" else "1")
         if self.dummy:
             kwargs["load_format"] = "dummy"
         if max_num_batched_tokens:
@@ -116,7 +122,7 @@ class Engine:
         return {
             "engine": "vllm", "engine_version": self.version, "model": self.name, "dummy_weights": self.dummy,
             "device": self.device, "dtype": self.dtype, "quantization": self.quantization,
-            "enforce_eager": self.enforce_eager, "prefix_caching": self.prefix_caching,
+            "enforce_eager": self.enforce_eager, "prefix_caching": self.prefix_caching, "tensor_parallel": self.tp,
             "max_model_len": self.max_model_len, "start_s": round(self.start_s, 2),
             "weight_bytes": weight_bytes, "weight_bytes_source": source,
             "decode_read_bytes": c.get("decode_read", weight_bytes),

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import statistics
 
 from . import Measurement, Unmeasured, probe
@@ -60,7 +61,8 @@ def _quant(q) -> str | None:
     return None if q == "none" else q
 
 
-def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False) -> tuple[str, dict, dict]:
+def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False,
+          tp: int = 1) -> tuple[str, dict, dict]:
     """(family, engine spec, model entry); the same arguments always give the same spec (shared engine)."""
     m = ctx.model(model)
     if m["family"] not in (None, "llm"):
@@ -76,6 +78,8 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
         if q == "fp8" and ctx.device != "cuda":
             raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
         spec = dict(base, dtype=dtype, quantization=q, prefix_caching=bool(cache))
+        if tp > 1:
+            spec["tensor_parallel_size"] = _tp_check(ctx, tp)
     elif fam == "transformers":
         if q is not None:
             raise Unmeasured(f"the transformers engine runs unquantized weights only, not {q!r}")
@@ -84,7 +88,23 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
         spec = dict(base, dtype=dtype)
     else:  # llamacpp
         spec = dict(base, quant=q or "f16")
+    if tp > 1 and fam != "vllm":
+        raise Unmeasured(f"tensor parallel (tp {tp}) runs on the vLLM engine only, not {fam}")
     return fam, spec, m
+
+
+def _tp_check(ctx, tp: int) -> int:
+    """Tensor parallel over ``tp`` GPUs: they must all be visible to this pytest process."""
+    if ctx.device != "cuda":
+        raise Unmeasured(f"tensor parallel over {tp} GPUs needs CUDA; this run is on the CPU")
+    import torch
+
+    n = torch.cuda.device_count()
+    if n < tp:
+        why = (" (--voiceperf-gpus gives each worker one GPU: run tensor-parallel claims without it)"
+               if os.environ.get("VOICEPERF_GPU") is not None else "")
+        raise Unmeasured(f"tensor parallel over {tp} GPUs: this process sees {n}{why}")
+    return tp
 
 
 def _key(args: dict) -> str:
@@ -97,7 +117,9 @@ def _key(args: dict) -> str:
         first += ["bfloat16", "none"][len(first) - 1:]
         return f"~fit:{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off"
     cache = args.get("cache", "off")
-    return f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}:{cache}"
+    tp = str(args.get("tp", 1))
+    return (f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}"
+            f":{cache}" + (f":tp{tp}" if tp not in ("1", "1.0", "") else ""))
 
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
@@ -143,12 +165,18 @@ def _matmul_key(spec: dict) -> str:
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "agreement": "ratio", "ms_per_token": "ms",
                 "weight_bytes": "B", "read_bytes": "B", "kv_bytes_per_token": "B", "kv_read_bytes": "B",
                 "e2e_s": "s", "ttft_s": "s", "generated": "tokens", "bytes_per_weight": "B",
-                "params": "", "non_embedding_params": "", "total_tok_s": "tok/s"},
+                "params": "", "non_embedding_params": "", "total_tok_s": "tok/s", "tp": "",
+                "read_bytes_per_gpu": "B"},
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
-           tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1):
-    """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it."""
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization)
+           tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1):
+    """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it.
+
+    ``tp``: tensor parallel over that many GPUs (vLLM); each GPU then reads 1/tp of the bytes."""
+    tp = _int(tp, "tp")
+    if tp < 1:
+        raise Unmeasured(f"tp must be 1 or more, got {tp}")
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, tp=tp)
     tokens, reps = _defaults(ctx, tokens, reps)
     prompt_len, batch = _int(prompt_len, "prompt_len"), _int(batch, "batch")
     ctx.progress(f"llm.decode {model} on {fam}: {tokens} tokens x {reps} reps, batch {batch}")
@@ -167,13 +195,13 @@ def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "b
               "e2e_s": _med(r["e2e_s"]), "ttft_s": _med(r["ttft_s"]), "generated": float(min(r["generated"])),
               "bytes_per_weight": float(info.get("bytes_per_linear_weight") or 0),
               "params": float(total), "non_embedding_params": float(nonemb),
-              "total_tok_s": _med(r["total_tok_s"])}
-    info.update(tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len, timing=r.get("timing"),
+              "total_tok_s": _med(r["total_tok_s"]), "tp": float(tp), "read_bytes_per_gpu": read / tp}
+    info.update(tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len, timing=r.get("timing"), tp=tp,
                 preemptions=r.get("preemptions"), dummy_weights=m["dummy"],
                 invalid_hint="decode reads every weight once per token; check the weight-byte count and the timing")
     return Measurement(values, {"tok_s": r["tok_s"], "tok_s_wall": r["tok_s_wall"], "agreement": agree,
                                 "ms_per_token": ms, "e2e_s": r["e2e_s"]},
-                       info=info, implies={"read_bw": tok * (wread + batch * kv_read)})
+                       info=info, implies={"read_bw": tok * (wread + batch * kv_read) / tp})
 
 
 def _params(m: dict, info: dict) -> tuple[int, int]:
