@@ -68,10 +68,19 @@ def plot_roofline(results, out: Path, plt):
             ax.axhline(f, color="gray", ls=":", lw=0.8)
             ax.text(xs[0], f, f" {dt} {f / 1e12:.1f} TFLOP/s", va="bottom", fontsize=7)
     pts = 0
-    for label, intensity, flops, marker in _llm_points(results):
+    labelled: set[str] = set()
+    points = list(_llm_points(results))
+    for label, intensity, flops, marker in points:
         ax.loglog([intensity], [flops], marker, ms=6)
-        ax.annotate(label, (intensity, flops), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        # one label per text, and only when the plot is not crowded (many points: markers + legend)
+        if label not in labelled and (len(points) <= 24 or label.startswith("decode")):
+            ax.annotate(label, (intensity, flops), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            labelled.add(label)
         pts += 1
+    if len(points) > 24:
+        for marker, what in (("bo", "decode, 1 request"), ("g^", "batched decode"), ("rs", "prefill")):
+            if any(p[3] == marker for p in points):
+                ax.plot([], [], marker, label=what)
     ax.set_xlabel("arithmetic intensity (FLOP / byte read)")
     ax.set_ylabel("achieved FLOP/s")
     ax.set_title(f"Roofline from ceilings measured in this run ({pts} LLM points)")
@@ -109,13 +118,22 @@ def plot_decode_fraction(results, out: Path, plt):
     rows = [(r["params"], r) for r in results if r["claim"] == "llm-decode-bandwidth-fraction" and r.get("value") is not None]
     if not rows:
         return None
+
+    def read_bytes(r):
+        for p in (r.get("probes") or {}).values():
+            if p.get("probe") == "llm.decode":
+                return (p.get("values") or {}).get("read_bytes") or 0.0
+        return 0.0
+
+    rows.sort(key=lambda pr: read_bytes(pr[1]))  # smallest model first
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     labels = ["-".join(str(v) for v in p.values()) for p, _ in rows]
     vals = [r["value"] for _, r in rows]
     ax.bar(labels, vals, color=[COLORS.get(r["outcome"], "gray") for _, r in rows])
     lo, hi = 0.86, 0.98
     ax.axhspan(lo, hi, color="green", alpha=0.1, label="document: 86-98%")
-    ax.set_ylabel("decode tok/s x weight bytes / read bandwidth")
+    ax.set_ylabel("fraction of read bandwidth")
+    ax.set_xlabel("decode tok/s x bytes read per token / measured read bandwidth", fontsize=7)
     ax.set_ylim(0, max(1.05, max(vals) * 1.1))
     ax.set_title("Decode bandwidth fraction per model")
     ax.legend(fontsize=7)
