@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from pathlib import Path
 
 from .report import MARK, row
@@ -172,8 +173,6 @@ def plot_tts(results, out: Path, plt):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     for _, p in entries:
-        import statistics
-
         info, v = p.get("info") or {}, p["values"]
         xs = info.get("audio_s") or []
         runs = info.get("times_s") or []

@@ -249,6 +249,12 @@ def _resumed(config) -> dict:
     return config.stash[_RESUME]
 
 
+def _kept(config, state) -> list[dict]:
+    """The resumed cases this run did not measure again (they go into its results file)."""
+    ran = {r.get("nodeid") for r in state.results.values()}
+    return [dict(r, resumed=True) for n, r in _resumed(config).items() if n not in ran]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
@@ -258,17 +264,13 @@ def pytest_collection_modifyitems(session, config, items):
     vs = get_session(config)
     profile = vs.profile if vs else (config.getoption("voiceperf_profile") or "cpu")
     keep, dropped = [], []
+    done = _resumed(config)  # cases an interrupted run already finished
     for item in items:
-        if isinstance(item, ClaimItem) and not item.in_profile(profile, vs.device if vs else "cpu"):
+        if isinstance(item, ClaimItem) and (not item.in_profile(profile, vs.device if vs else "cpu")
+                                            or item.nodeid in done):
             dropped.append(item)
         else:
             keep.append(item)
-    done = _resumed(config)
-    if done:
-        keep2 = []
-        for item in keep:
-            (dropped if isinstance(item, ClaimItem) and item.nodeid in done else keep2).append(item)
-        keep = keep2
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -370,12 +372,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
         gate.summary(terminalreporter)
-    done = _resumed(config)
-    if done:
-        ran = {r.get("nodeid") for r in state.results.values()}
-        kept = sum(1 for n in done if n not in ran)
-        terminalreporter.write_line(f"voiceperf: {kept} case(s) kept from {config.getoption('voiceperf_resume')} "
-                                    "(not run again; in the results file)")
+    if _resumed(config):
+        terminalreporter.write_line(f"voiceperf: {len(_kept(config, state))} case(s) kept from "
+                                    f"{config.getoption('voiceperf_resume')} (not run again; in the results file)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -400,13 +399,8 @@ def pytest_sessionfinish(session, exitstatus):
     from . import results
 
     vs.complete = int(exitstatus) != pytest.ExitCode.INTERRUPTED
-    rows = list(state.results.values())
-    done = _resumed(config)
-    if done:
-        ran = {r.get("nodeid") for r in rows}
-        rows = [dict(r, resumed=True) for n, r in done.items() if n not in ran] + rows
-    doc = results.document(vs, rows, config)
-    if done:
+    doc = results.document(vs, _kept(config, state) + list(state.results.values()), config)
+    if _resumed(config):
         doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
     path = config.getoption("voiceperf_json")
     if path:

@@ -242,13 +242,13 @@ class Session:
                 continue
             m.info.setdefault("ceilings", {})[key] = {"implied": implied, "ceiling": ceil, "ratio": implied / ceil}
             if implied > ceil * (1 + self.options.ceiling_slack):
-                unit = "B/s" if key == "read_bw" else "FLOP/s"
+                unit = _ceiling_unit(key)
                 raise InvalidMeasurement(
                     f"measurement invalid: {name} implies {fmt_value(implied, unit)}, "
                     f"{implied / ceil:.2f}x the {label} ({fmt_value(ceil, unit)}); "
                     f"a figure above a physical ceiling is a broken measurement ({m.info.get('invalid_hint', 'check caching and timing')})")
         if m.invalid:
-            below = "; ".join(f"it implies {fmt_value(c['implied'], 'B/s' if k == 'read_bw' else 'FLOP/s')}, "
+            below = "; ".join(f"it implies {fmt_value(c['implied'], _ceiling_unit(k))}, "
                               f"{c['ratio']:.2f}x the {ceiling_for(k)[3]}: below that ceiling, so only the engine's "
                               "own count shows it" for k, c in m.info.get("ceilings", {}).items())
             raise InvalidMeasurement(f"measurement invalid: {name}: {m.invalid}" + (f" ({below})" if below else ""))
@@ -410,6 +410,10 @@ class Session:
 
     def close(self) -> None:
         self.engines.close_all()
+
+
+def _ceiling_unit(key: str) -> str:
+    return "B/s" if key == "read_bw" else "FLOP/s"
 
 
 def machine_id(device: str, device_name: str) -> str:

@@ -38,6 +38,10 @@ def _loaded_param_bytes(model) -> dict:
                     "oneDNN handles that are not parameters, so on the CPU this undercounts"}
 
 
+# NVLink multicast off for tensor parallel (a program using it can take a shared host's GPUs down)
+NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
@@ -81,9 +85,8 @@ class Engine:
         self.tp = int(tensor_parallel_size)
         if self.tp > 1:
             kwargs["tensor_parallel_size"] = self.tp
-            # NVLink multicast off (NCCL NVLS can take a shared host's GPUs down)
-            for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
-                os.environ.setdefault(k, "0" if k == "NCCL_NVLS_ENABLE" else "1")
+            for k, v in NVLS_OFF.items():
+                os.environ.setdefault(k, v)
         if self.dummy:
             kwargs["load_format"] = "dummy"
         if max_num_batched_tokens:
@@ -103,7 +106,10 @@ class Engine:
         self.counts = common.byte_counts(cfg, dtype, quantization)
         self.meta = common.check_counts(cfg, self.counts)
         try:
-            loaded = self.llm.apply_model(_loaded_param_bytes)[0]
+            ranks = self.llm.apply_model(_loaded_param_bytes)
+            loaded = ranks[0]
+            if len(ranks) > 1:  # tensor parallel: each rank holds a shard (norms are replicated)
+                loaded = dict(loaded, bytes=sum(x["bytes"] for x in ranks), per_rank=[x["bytes"] for x in ranks])
         except Exception as exc:
             loaded = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         if "bytes" in loaded and self.counts.get("weights"):
@@ -173,10 +179,10 @@ class Engine:
                         r["t_first"], r["n_first"] = t, k
                     r["t_last"] = t
                     r["n"] += k
-                # prompt tokens the prefix cache answered (vLLM's own count)
-                r["cached"] = max(r["cached"], int(getattr(out, "num_cached_tokens", 0) or 0))
                 if out.finished:
                     r["metrics"] = out.metrics
+                    # prompt tokens the prefix cache answered (vLLM's own count)
+                    r["cached"] = int(getattr(out, "num_cached_tokens", 0) or 0)
                     pending -= 1
         res = []
         for r in reqs.values():

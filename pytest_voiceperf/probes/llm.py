@@ -68,6 +68,8 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     if m["family"] not in (None, "llm"):
         raise Unmeasured(f"model {model!r} is a {m['family']} model, not an LLM")
     fam = _family(engine)
+    if tp > 1 and fam != "vllm":
+        raise Unmeasured(f"tensor parallel (tp {tp}) runs on the vLLM engine only, not {fam}")
     q = _quant(quantization)
     if dtype not in DTYPES:
         raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
@@ -88,8 +90,6 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
         spec = dict(base, dtype=dtype)
     else:  # llamacpp
         spec = dict(base, quant=q or "f16")
-    if tp > 1 and fam != "vllm":
-        raise Unmeasured(f"tensor parallel (tp {tp}) runs on the vLLM engine only, not {fam}")
     return fam, spec, m
 
 
@@ -117,9 +117,13 @@ def _key(args: dict) -> str:
         first += ["bfloat16", "none"][len(first) - 1:]
         return f"~fit:{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}:off"
     cache = args.get("cache", "off")
-    tp = str(args.get("tp", 1))
+    tp = args.get("tp", 1)
+    try:
+        tp = int(float(tp))
+    except (TypeError, ValueError):
+        pass  # the probe itself reports the bad value
     return (f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}"
-            f":{cache}" + (f":tp{tp}" if tp not in ("1", "1.0", "") else ""))
+            f":{cache}" + ("" if tp == 1 else f":tp{tp}"))
 
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
@@ -165,8 +169,7 @@ def _matmul_key(spec: dict) -> str:
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "agreement": "ratio", "ms_per_token": "ms",
                 "weight_bytes": "B", "read_bytes": "B", "kv_bytes_per_token": "B", "kv_read_bytes": "B",
                 "e2e_s": "s", "ttft_s": "s", "generated": "tokens", "bytes_per_weight": "B",
-                "params": "", "non_embedding_params": "", "total_tok_s": "tok/s", "tp": "",
-                "read_bytes_per_gpu": "B"},
+                "params": "", "non_embedding_params": "", "total_tok_s": "tok/s", "tp": ""},
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
            tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1):
@@ -195,7 +198,7 @@ def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "b
               "e2e_s": _med(r["e2e_s"]), "ttft_s": _med(r["ttft_s"]), "generated": float(min(r["generated"])),
               "bytes_per_weight": float(info.get("bytes_per_linear_weight") or 0),
               "params": float(total), "non_embedding_params": float(nonemb),
-              "total_tok_s": _med(r["total_tok_s"]), "tp": float(tp), "read_bytes_per_gpu": read / tp}
+              "total_tok_s": _med(r["total_tok_s"]), "tp": float(tp)}
     info.update(tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len, timing=r.get("timing"), tp=tp,
                 preemptions=r.get("preemptions"), dummy_weights=m["dummy"],
                 invalid_hint="decode reads every weight once per token; check the weight-byte count and the timing")
@@ -263,7 +266,7 @@ def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -
                      "tok_s_samples": r["tok_s"], "total_samples": r["total_tok_s"]})
         # flat: no better than the best smaller batch by stop_gain. Saturated: two flat doublings in a
         # row (one flat point can be noise: seen on the H200, 4B FP8 dipped at 128 and rose again)
-        best = max((r["total_tok_s"] for r in rows[:-1]), default=None)
+        best = max((row["total_tok_s"] for row in rows[:-1]), default=None)
         rows[-1]["flat"] = best is not None and rows[-1]["total_tok_s"] < best * (1 + stop_gain)
         saturated = rows[-1]["flat"] and len(rows) > 2 and rows[-2]["flat"]
         if b >= max_batch or (b >= at and saturated):
@@ -338,7 +341,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
     if len(rows) < 2:
         raise Unmeasured("the sweep has a single batch size")
     gain_last = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1
-    if not rows[-1].get("flat", gain_last < float(stop_gain)):
+    if not rows[-1]["flat"]:
         raise Unmeasured(
             f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
             f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "
