@@ -98,6 +98,10 @@ class Engine:
         t1 = time.perf_counter()
         self._generate(common.random_prompts(1, 16, self.vocab, 1), 8)
         self.warmup_s = time.perf_counter() - t1
+        # what really ran: transformers keeps the compiled forward on the model once it compiled one
+        self.compiled = hasattr(self.model, "_compiled_call")
+        if compile == "on" and not self.compiled:
+            progress("transformers: compilation was asked for but generate() did not compile (eager decode)")
 
     def _sync(self):
         if self.device == "cuda":
@@ -119,10 +123,11 @@ class Engine:
             "engine": "transformers", "engine_version": self.version, "torch": self.torch.__version__,
             "model": self.name, "dummy_weights": self.dummy, "device": self.device, "dtype": self.dtype_name,
             "kv_cache": "static (cache_implementation='static')",
-            "decode_compiled": self.compile == "on",
+            "decode_compiled": self.compiled,
             "compile_mode": ("torch.compile via transformers CompileConfig (reduce-overhead: CUDA graphs)"
-                             if self.compile == "on" and self.device == "cuda" else
-                             "torch.compile (Inductor, CPU)" if self.compile == "on" else
+                             if self.compiled and self.device == "cuda" else
+                             "torch.compile (Inductor, CPU)" if self.compiled else
+                             "eager (compilation asked for but generate() did not compile)" if self.compile == "on" else
                              "eager (on the CPU compiling cost ~2 min per shape for +11% decode)"),
             "weight_bytes": wb, "weight_bytes_source": "config shapes (qwen3), checked against the loaded model",
             "loaded_model_bytes": self.loaded["bytes"], "decode_read_bytes": c.get("decode_read", wb),

@@ -6,6 +6,8 @@
 set -uo pipefail
 . scripts/h200/install.sh >/tmp/install.log 2>&1
 tail -7 /tmp/install.log
+# compiled graphs kept while the machine is warm: a later call's engines start faster
+export VLLM_CACHE_ROOT=/tmp/vllm-cache TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache
 export PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING TOKENIZERS_PARALLELISM=false
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
 for spec in "$@"; do
