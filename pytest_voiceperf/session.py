@@ -392,6 +392,7 @@ class Session:
             "models": self.models_used,
             "engines": self.engines.started,
             "git_commit": _git_commit(self.rootdir),
+            "git_dirty": _git_dirty(self.rootdir),
             "worker": self.worker,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
@@ -448,6 +449,16 @@ def _git_commit(root: Path) -> str | None:
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                               timeout=5).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def _git_dirty(root: Path) -> bool | None:
+    """True when tracked files differ from git_commit (the run's code is not exactly that commit)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           capture_output=True, text=True, timeout=10)
+        return bool(r.stdout.strip()) if r.returncode == 0 else None
     except Exception:
         return None
 

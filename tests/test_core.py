@@ -190,3 +190,23 @@ def test_python_check_combines_probe_fixture_with_pytest_benchmark(vp):
     """)
     res = vp.runpytest("test_bench.py", "--benchmark-disable-gc")
     res.assert_outcomes(passed=1)
+
+
+def test_provenance_says_when_the_code_is_not_the_commit(vp):
+    """git_commit alone would name a commit whose files were edited since (seen on the GPU machine,
+    whose copied .git lagged the tree): git_dirty says so."""
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    write(vp, "a.yaml", claim("c-a"))
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "claims"]):
+        subprocess.run(git + cmd, cwd=vp.path, check=True)
+    vp.runpytest("--voiceperf", "--voiceperf-json", "clean.json")
+    prov = json.loads((vp.path / "clean.json").read_text())["provenance"]
+    assert len(prov["git_commit"]) == 40 and prov["git_dirty"] is False
+    write(vp, "a.yaml", claim("c-a") + "# edited\n")
+    vp.runpytest("--voiceperf", "--voiceperf-json", "dirty.json")
+    assert json.loads((vp.path / "dirty.json").read_text())["provenance"]["git_dirty"] is True
