@@ -100,6 +100,36 @@ def cmd_compare(args) -> int:
     return 1 if (regressed and args.fail) else 0
 
 
+def cmd_merge(args) -> int:
+    from . import gate
+    from .results import merge, read, write
+
+    try:
+        docs = [(p, read(p)) for p in args.results]
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    first_path, first = docs[0]
+    for path, doc in docs[1:]:
+        bad = gate.mismatches(first["provenance"], doc["provenance"])
+        if bad and not args.allow_mismatch:
+            print(f"refusing to merge {path} with {first_path}: different setups: " + "; ".join(bad) +
+                  " (use --allow-mismatch to merge anyway)", file=sys.stderr)
+            return 2
+    try:
+        doc, notes = merge(docs, allow_mismatch=args.allow_mismatch)
+    except ValueError as exc:
+        print(f"refusing to merge: {exc}", file=sys.stderr)
+        return 2
+    for n in notes:
+        print(n)
+    out = write(args.output, doc)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(doc["provenance"]["counts"].items()))
+    print(f"wrote {out}: {len(doc['results'])} cases ({counts}) from {len(docs)} files"
+          + ("" if doc["provenance"]["complete"] else "; an input was incomplete, so this file is .partial"))
+    return 0
+
+
 def cmd_report(args) -> int:
     from .html_report import write_report
 
@@ -130,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--allow-mismatch", action="store_true")
     s.add_argument("-v", "--verbose", action="store_true")
     s.set_defaults(fn=cmd_compare)
+    s = sub.add_parser("merge", help="one results file from several runs of one setup (split suites)")
+    s.add_argument("results", nargs="+")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--allow-mismatch", action="store_true")
+    s.set_defaults(fn=cmd_merge)
     s = sub.add_parser("report", help="HTML and Markdown report with plots")
     s.add_argument("results")
     s.add_argument("-o", "--output", default="voiceperf-report")

@@ -56,3 +56,59 @@ def read(path: str | os.PathLike) -> dict:
     if not isinstance(doc, dict) or "results" not in doc or "provenance" not in doc:
         raise ValueError(f"{path}: not a voiceperf results file (no 'provenance'/'results')")
     return doc
+
+
+def _engines(result: dict) -> list[str]:
+    return sorted({str(p["info"]["engine"]) for p in (result.get("probes") or {}).values()
+                   if isinstance(p, dict) and isinstance(p.get("info"), dict) and p["info"].get("engine")})
+
+
+def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[dict, list[str]]:
+    """One results file from several runs of one setup (a suite split over calls, jobs or GPUs).
+
+    A case found in more than one file is taken from the most recently created run, except that
+    an ``error`` never replaces a case that was measured. Every result keeps the file it came
+    from (``source``); the provenance is the newest run's, with ``merged_from`` listing every
+    input (path, created, commit, command, complete, counts) and ``complete`` true only when all
+    inputs were. A case measured by different engines in two files is a ValueError (one figure
+    would silently stand for another engine's) unless ``allow_mismatch``. Returns the document
+    and one line per replaced case.
+    """
+    order = sorted(range(len(docs)), key=lambda i: str(docs[i][1]["provenance"].get("created") or ""))
+    by_id: dict[str, dict] = {}
+    notes: list[str] = []
+    for i in order:
+        path, doc = docs[i]
+        for r in doc["results"]:
+            r = dict(r, source=r.get("source") or os.path.basename(path))
+            old = by_id.get(r["nodeid"])
+            if old is not None:
+                if _engines(old) and _engines(r) and _engines(old) != _engines(r) and not allow_mismatch:
+                    raise ValueError(f"{r['nodeid']} was measured by {', '.join(_engines(old))} in {old['source']} "
+                                     f"and by {', '.join(_engines(r))} in {r['source']}: merge runs of one engine "
+                                     "(or pass --allow-mismatch to let the newer run win)")
+                if r["outcome"] == "error" and old["outcome"] != "error":
+                    notes.append(f"kept {r['nodeid']} from {old['source']} ({old['outcome']}); "
+                                 f"{r['source']} has an error")
+                    continue
+                notes.append(f"{r['nodeid']}: {r['source']} ({r['outcome']}) replaces "
+                             f"{old['source']} ({old['outcome']})")
+            by_id[r["nodeid"]] = r
+    newest = docs[order[-1]][1]["provenance"]
+    prov = dict(newest)
+    prov["complete"] = all(d["provenance"].get("complete", True) for _, d in docs)
+    prov["duration_s"] = round(sum(float(d["provenance"].get("duration_s") or 0) for _, d in docs), 2)
+    prov["engines"] = [e for _, d in docs for e in (d["provenance"].get("engines") or [])]
+    models: dict = {}
+    for _, d in docs:
+        models.update(d["provenance"].get("models") or {})
+    prov["models"] = models
+    prov["merged_from"] = [{"path": p, **{k: d["provenance"].get(k) for k in (
+        "created", "git_commit", "git_dirty", "command", "complete", "counts", "duration_s")}} for p, d in docs]
+    prov["command"] = None
+    results = list(by_id.values())
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    prov["counts"] = counts
+    return {"schema_version": SCHEMA_VERSION, "provenance": prov, "results": results}, notes

@@ -142,3 +142,32 @@ noise: {max_rel_spread: 50}
     assert "hw-small" in page and '<img src="roofline.png"' in page
     assert (vp.path / "rep/roofline.png").stat().st_size > 10000
     assert "hw-small" in (vp.path / "rep/report.md").read_text()
+
+
+def test_cli_merge_joins_a_split_suite_and_refuses_mixed_engines(vp):
+    """A suite split over jobs (or device calls) becomes one file for the report and the gate."""
+    set_claims(vp, 1.0)
+    vp.runpytest("--voiceperf", "--voiceperf-json", "one.json", "-k", "c-rate")
+    vp.runpytest("--voiceperf", "--voiceperf-json", "two.json", "-k", "c-other")
+    vp.runpytest("--voiceperf", "--voiceperf-json", "again.json", "-k", "c-rate")
+    cli = (sys.executable, "-m", "pytest_voiceperf.cli")
+    res = vp.run(*cli, "merge", "one.json", "two.json", "again.json", "-o", "all.json")
+    assert res.ret == 0, res.stderr.str()
+    res.stdout.fnmatch_lines(["*c-rate: again.json (passed) replaces one.json (passed)",
+                              "wrote all.json: 2 cases (2 passed) from 3 files"])
+    doc = json.loads((vp.path / "all.json").read_text())
+    assert {r["claim"]: r["source"] for r in doc["results"]} == {"c-rate": "again.json", "c-other": "two.json"}
+    assert [m["path"] for m in doc["provenance"]["merged_from"]] == ["one.json", "two.json", "again.json"]
+    assert doc["provenance"]["complete"] is True
+    assert vp.run(*cli, "compare", "all.json", "again.json").ret == 0  # the gate reads it
+    # the same case measured by two engines: one figure must not silently stand for the other
+    other = json.loads((vp.path / "again.json").read_text())
+    for r in other["results"]:
+        r["probes"] = {"m": {"info": {"engine": "transformers"}}}
+    (vp.path / "tf.json").write_text(json.dumps(other))
+    for r in doc["results"]:
+        r["probes"] = {"m": {"info": {"engine": "vllm"}}}
+    (vp.path / "all.json").write_text(json.dumps(doc))
+    res = vp.run(*cli, "merge", "all.json", "tf.json", "-o", "bad.json")
+    assert res.ret == 2 and not (vp.path / "bad.json").exists()
+    res.stderr.fnmatch_lines(["refusing to merge: *c-rate* measured by vllm in again.json and by transformers in tf.json*"])
