@@ -123,6 +123,8 @@ def cmd_merge(args) -> int:
         return 2
     for n in notes:
         print(n)
+    doc["provenance"]["command"] = ("voiceperf merge " + " ".join(args.results) + f" -o {args.output}"
+                                    + (" --allow-mismatch" if args.allow_mismatch else ""))
     out = write(args.output, doc)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(doc["provenance"]["counts"].items()))
     print(f"wrote {out}: {len(doc['results'])} cases ({counts}) from {len(docs)} files"

@@ -158,6 +158,7 @@ def test_cli_merge_joins_a_split_suite_and_refuses_mixed_engines(vp):
     doc = json.loads((vp.path / "all.json").read_text())
     assert {r["claim"]: r["source"] for r in doc["results"]} == {"c-rate": "again.json", "c-other": "two.json"}
     assert [m["path"] for m in doc["provenance"]["merged_from"]] == ["one.json", "two.json", "again.json"]
+    assert doc["provenance"]["command"] == "voiceperf merge one.json two.json again.json -o all.json"
     assert doc["provenance"]["complete"] is True
     assert vp.run(*cli, "compare", "all.json", "again.json").ret == 0  # the gate reads it
     # the same case measured by two engines: one figure must not silently stand for the other
