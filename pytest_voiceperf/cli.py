@@ -101,7 +101,6 @@ def cmd_compare(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from . import gate
     from .results import merge, read, write
 
     try:
@@ -109,13 +108,6 @@ def cmd_merge(args) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    first_path, first = docs[0]
-    for path, doc in docs[1:]:
-        bad = gate.mismatches(first["provenance"], doc["provenance"])
-        if bad and not args.allow_mismatch:
-            print(f"refusing to merge {path} with {first_path}: different setups: " + "; ".join(bad) +
-                  " (use --allow-mismatch to merge anyway)", file=sys.stderr)
-            return 2
     try:
         doc, notes = merge(docs, allow_mismatch=args.allow_mismatch)
     except ValueError as exc:

@@ -121,10 +121,8 @@ def plot_decode_fraction(results, out: Path, plt):
         return None
 
     def read_bytes(r):
-        for p in (r.get("probes") or {}).values():
-            if p.get("probe") == "llm.decode":
-                return (p.get("values") or {}).get("read_bytes") or 0.0
-        return 0.0
+        return next(((p.get("values") or {}).get("read_bytes") or 0.0
+                     for _, p in _probe_entries([r], "llm.decode")), 0.0)
 
     rows.sort(key=lambda pr: read_bytes(pr[1]))  # smallest model first
     fig, ax = plt.subplots(figsize=(6.4, 3.2))

@@ -13,11 +13,15 @@ def document(session, results: list[dict], config=None) -> dict:
     prov = session.provenance()
     if config is not None:
         prov["command"] = "pytest " + " ".join(config.invocation_params.args)
+    prov["counts"] = _counts(results)
+    return {"schema_version": SCHEMA_VERSION, "provenance": prov, "results": results}
+
+
+def _counts(results: list[dict]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in results:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    prov["counts"] = counts
-    return {"schema_version": SCHEMA_VERSION, "provenance": prov, "results": results}
+    return counts
 
 
 def write(path: str | os.PathLike, doc: dict) -> Path:
@@ -70,10 +74,19 @@ def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[d
     an ``error`` never replaces a case that was measured. Every result keeps the file it came
     from (``source``); the provenance is the newest run's, with ``merged_from`` listing every
     input (path, created, commit, command, complete, counts) and ``complete`` true only when all
-    inputs were. A case measured by different engines in two files is a ValueError (one figure
-    would silently stand for another engine's) unless ``allow_mismatch``. Returns the document
-    and one line per replaced case.
+    inputs were. Files of different setups (``gate.mismatches``: hardware, engine versions, dummy
+    vs real weights) and a case measured by different engines in two files are a ValueError (one
+    figure would silently stand for another's) unless ``allow_mismatch``. Returns the document and
+    one line per replaced case.
     """
+    from . import gate
+
+    first_path, first = docs[0]
+    for path, doc in docs[1:]:
+        bad = gate.mismatches(first["provenance"], doc["provenance"])
+        if bad and not allow_mismatch:
+            raise ValueError(f"{path} and {first_path} are runs of different setups: " + "; ".join(bad)
+                             + " (pass --allow-mismatch to merge anyway)")
     order = sorted(range(len(docs)), key=lambda i: str(docs[i][1]["provenance"].get("created") or ""))
     by_id: dict[str, dict] = {}
     notes: list[str] = []
@@ -83,9 +96,10 @@ def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[d
             r = dict(r, source=r.get("source") or os.path.basename(path))
             old = by_id.get(r["nodeid"])
             if old is not None:
-                if _engines(old) and _engines(r) and _engines(old) != _engines(r) and not allow_mismatch:
-                    raise ValueError(f"{r['nodeid']} was measured by {', '.join(_engines(old))} in {old['source']} "
-                                     f"and by {', '.join(_engines(r))} in {r['source']}: merge runs of one engine "
+                was, now = _engines(old), _engines(r)
+                if was and now and was != now and not allow_mismatch:
+                    raise ValueError(f"{r['nodeid']} was measured by {', '.join(was)} in {old['source']} "
+                                     f"and by {', '.join(now)} in {r['source']}: merge runs of one engine "
                                      "(or pass --allow-mismatch to let the newer run win)")
                 if r["outcome"] == "error" and old["outcome"] != "error":
                     notes.append(f"kept {r['nodeid']} from {old['source']} ({old['outcome']}); "
@@ -107,8 +121,5 @@ def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[d
         "created", "git_commit", "git_dirty", "command", "complete", "counts", "duration_s")}} for p, d in docs]
     prov["command"] = None
     results = list(by_id.values())
-    counts: dict[str, int] = {}
-    for r in results:
-        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
-    prov["counts"] = counts
+    prov["counts"] = _counts(results)
     return {"schema_version": SCHEMA_VERSION, "provenance": prov, "results": results}, notes

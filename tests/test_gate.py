@@ -161,6 +161,13 @@ def test_cli_merge_joins_a_split_suite_and_refuses_mixed_engines(vp):
     assert doc["provenance"]["command"] == "voiceperf merge one.json two.json again.json -o all.json"
     assert doc["provenance"]["complete"] is True
     assert vp.run(*cli, "compare", "all.json", "again.json").ret == 0  # the gate reads it
+    # runs of another machine are refused, as the gate refuses them
+    gpu = json.loads((vp.path / "two.json").read_text())
+    gpu["provenance"]["device_name"] = "NVIDIA H200"
+    (vp.path / "gpu.json").write_text(json.dumps(gpu))
+    res = vp.run(*cli, "merge", "one.json", "gpu.json", "-o", "mixed.json")
+    assert res.ret == 2 and not (vp.path / "mixed.json").exists()
+    res.stderr.fnmatch_lines(["refusing to merge: gpu.json and one.json are runs of different setups: device_name*"])
     # the same case measured by two engines: one figure must not silently stand for the other
     other = json.loads((vp.path / "again.json").read_text())
     for r in other["results"]:
