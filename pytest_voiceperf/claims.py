@@ -134,7 +134,24 @@ class MeasureCall(BaseModel):
 
 
 class Noise(_Strict):
-    max_rel_spread: float = Field(0.25, gt=0, description="IQR / median above this makes the case unmeasured (too noisy)")
+    max_rel_spread: Optional[float] = Field(None, gt=0, description="no longer used (kept so older files load): "
+                                            "verdicts come from a confidence interval over rounds; see rounds")
+
+
+class Rounds(_Strict):
+    """How many independent rounds decide the case (a round: the probes' warm-up and repetitions)."""
+
+    min: Optional[int] = Field(None, ge=1, le=50, description="rounds taken before deciding (default: ini voiceperf_min_rounds)")
+    max: Optional[int] = Field(None, ge=1, le=50, description="rounds at most while the interval straddles the bound "
+                                                             "(default: ini voiceperf_max_rounds)")
+    seconds: Optional[float] = Field(None, gt=0, description="time the added rounds may take "
+                                                            "(default: ini voiceperf_round_seconds)")
+
+    @model_validator(mode="after")
+    def _order(self) -> "Rounds":
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"rounds: min {self.min} is above max {self.max}")
+        return self
 
 
 class ClaimModel(_Strict):
@@ -155,6 +172,7 @@ class ClaimModel(_Strict):
     timeout: Optional[float] = Field(None, gt=0, description="seconds for one case (default: ini voiceperf_timeout)")
     marks: list[str] = Field(default_factory=list)
     noise: Noise = Field(default_factory=Noise)
+    rounds: Rounds = Field(default_factory=Rounds)
     higher_is_better: Optional[bool] = Field(None, description="direction for the baseline gate (default: from expect)")
     tolerance: Optional[float] = Field(None, ge=0, description="relative change the gate tolerates (default: ini)")
 

@@ -1,20 +1,34 @@
-"""The baseline gate: did a figure get significantly worse than in a saved run?
+"""The baseline gate: did a figure get worse than in a saved run, beyond its noise?
 
-A regression is a change in the bad direction that is both outside the tolerance (relative
-change of medians; claim ``tolerance`` or ini ``voiceperf_tolerance``) and statistically
-significant given both runs' samples (one-sided Mann-Whitney U from scipy, at ini
-``voiceperf_alpha``). An improvement is reported, never failed. Figures compared: the
-claim's metric (when its direction is known) and every probe output whose unit has a
-direction (rates up, times down), so a slower probe is caught whatever the claim asserts.
+Figures are compared round against round (a round: one probe call with its own warm-up and
+repetitions; repetitions inside a round are correlated and never counted as samples). For each
+figure, :func:`pytest_voiceperf.stats.compare_rounds` builds a Welch interval of the change of the
+mean log figure at one-sided level alpha / m, m = the figures the baseline offers for comparison
+(Bonferroni), and calls it:
+
+- **regressed**: the whole interval is worse than the tolerance (claim ``tolerance`` or ini
+  ``voiceperf_tolerance``): the run fails;
+- **unchanged**: no change beyond the tolerance is plausible;
+- **inconclusive**: the interval straddles the tolerance (more rounds would decide);
+- **improved**: reported, never failed;
+- **untestable**: fewer than 3 rounds on a side (a file from before rounds has one), or a side
+  was measured on a disturbed machine (``untestable: disturbed``).
+
+Compared by default: the claim's metric (when its direction is known) and each probe's primary
+figure (its first declared output with a direction: rates up, times down), each probe call once
+per run however many claims share it. ``all_figures`` compares every output with a direction.
 """
 from __future__ import annotations
 
+import json
 import math
-import statistics
 from dataclasses import dataclass, field
+
+from .stats import MIN_ROUNDS_GATE, compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
 LOWER = ("s", "ms", "rtf", "RTF")
+DECIDING = ("regressed", "unchanged", "inconclusive", "improved")
 
 
 @dataclass
@@ -22,15 +36,24 @@ class Comparison:
     figure: str
     old: float
     new: float
-    change: float  # relative change of medians, new/old - 1
-    p_value: float | None
-    verdict: str  # regressed | improved | unchanged | untestable
+    change: float  # relative change of the geometric mean of the rounds, new/old - 1
+    ci: list | None  # interval of the relative change
+    verdict: str  # regressed | improved | unchanged | inconclusive | untestable
     higher_is_better: bool
     note: str = ""
+    rounds: list | None = None  # [baseline rounds, this run's rounds]
+    level: float | None = None  # the one-sided level after the correction for several figures
 
     def text(self) -> str:
-        p = f"p={self.p_value:.3g}" if self.p_value is not None else "p=n/a"
-        return f"{self.figure}: {self.old:.4g} -> {self.new:.4g} ({self.change * 100:+.1f}%, {p}) {self.verdict}"
+        ci = (f" interval [{self.ci[0] * 100:+.1f}%, {self.ci[1] * 100:+.1f}%]" if self.ci else "")
+        rounds = f", rounds {self.rounds[0]} vs {self.rounds[1]}" if self.rounds else ""
+        note = f": {self.note}" if self.note else ""
+        return (f"{self.figure}: {self.old:.4g} -> {self.new:.4g} ({_pct(self.change)}{ci}{rounds}) "
+                f"{self.verdict}{note}")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%" if x is not None and math.isfinite(x) else "n/a"
 
 
 def direction_of_unit(unit: str) -> bool | None:
@@ -44,63 +67,64 @@ def direction_of_unit(unit: str) -> bool | None:
     return None
 
 
-def compare_samples(figure: str, old: list[float], new: list[float], higher_is_better: bool,
-                    tolerance: float, alpha: float, old_value: float | None = None,
-                    new_value: float | None = None) -> Comparison:
-    from scipy.stats import mannwhitneyu
-
-    o = old_value if old_value is not None else statistics.median(old)
-    n = new_value if new_value is not None else statistics.median(new)
-    change = (n / o - 1.0) if o else (math.inf if n else 0.0)
-    worse = change < 0 if higher_is_better else change > 0
-    p = None
-    if len(old) >= 3 and len(new) >= 3:
-        alt = "less" if higher_is_better else "greater"  # new worse than old
-        if not worse:
-            alt = "greater" if higher_is_better else "less"
-        try:
-            p = float(mannwhitneyu(new, old, alternative=alt).pvalue)
-        except ValueError:
-            p = 1.0
-    outside = abs(change) > tolerance
-    if p is None:
-        verdict = "untestable" if outside else "unchanged"
-        note = "fewer than 3 samples on a side: significance cannot be tested"
-    elif outside and p < alpha:
-        verdict = "regressed" if worse else "improved"
-        note = ""
-    else:
-        verdict = "unchanged"
-        note = "within tolerance" if not outside else "not significant"
-    return Comparison(figure, o, n, change, p, verdict, higher_is_better, note)
+def _rounds_of(result: dict) -> bool:
+    """Results written before rounds existed hold repetitions in ``samples``: never compared as rounds."""
+    return "rounds" in result
 
 
-def compare_result(old: dict, new: dict, tolerance: float, alpha: float) -> list[Comparison]:
+def _disturbed(result: dict) -> bool:
+    return str(result.get("reason", "")).startswith("disturbed") or (
+        result.get("outcome") == "unmeasured" and bool(result.get("disturbed")))
+
+
+def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | None, list, float | None, bool]]:
+    """(figure name, dedup key or None, round values, value, higher_is_better) this result offers."""
+    out = []
+    hib = result.get("higher_is_better")
+    rounds_ok = _rounds_of(result)
+    if hib is not None and result.get("value") is not None:
+        out.append(("metric", None, list(result.get("samples") or []) if rounds_ok else [], result["value"], hib))
+    for alias, p in (result.get("probes") or {}).items():
+        units = p.get("units") or {}
+        samples = p.get("samples") or {}
+        names = [n for n in units if direction_of_unit(units[n]) is not None and n in (p.get("values") or {})]
+        if not all_figures:
+            names = names[:1]
+        for name in names:
+            key = f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}.{name}"
+            out.append((f"{alias}.{name} [{units[name]}]", key, list(samples.get(name) or []) if rounds_ok else [],
+                        p["values"].get(name), direction_of_unit(units[name])))
+    return out
+
+
+def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figures: int = 1,
+                   all_figures: bool = False, seen: set | None = None) -> list[Comparison]:
     out = []
     tol = new.get("tolerance") if new.get("tolerance") is not None else tolerance
-    hib = new.get("higher_is_better")
-    if hib is not None and old.get("value") is not None and new.get("value") is not None \
-            and old.get("samples") and new.get("samples"):
-        out.append(compare_samples("metric", old["samples"], new["samples"], hib, tol, alpha,
-                                   old["value"], new["value"]))
-    units = {}
-    for alias, p in (new.get("probes") or {}).items():
-        units.update({(alias, k): v for k, v in (p.get("info", {}).get("units") or {}).items()})
-    for alias, p in (new.get("probes") or {}).items():
-        op = (old.get("probes") or {}).get(alias)
-        if not op:
+    old_figs = {(f[0], f[1]): f for f in figures(old, all_figures)}
+    disturbed = _disturbed(new) or _disturbed(old)
+    for name, key, rounds_new, v_new, hib in figures(new, all_figures):
+        of = old_figs.get((name, key))
+        if of is None or of[3] is None or v_new is None:
             continue
-        for name, s_new in (p.get("samples") or {}).items():
-            s_old = (op.get("samples") or {}).get(name)
-            if not s_old or not s_new:
-                continue
-            unit = p.get("units", {}).get(name) or units.get((alias, name), "")
-            d = direction_of_unit(unit)
-            if d is None:
-                continue
-            out.append(compare_samples(f"{alias}.{name} [{unit}]", s_old, s_new, d, tol, alpha,
-                                       op["values"].get(name), p["values"].get(name)))
+        if key is not None and seen is not None:
+            if key in seen:
+                continue  # a probe call shared by several claims is compared once per run
+            seen.add(key)
+        if disturbed:
+            side = "this run" if _disturbed(new) else "the baseline"
+            out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
+                                  f"disturbed: {side} measured it on a disturbed machine"))
+            continue
+        rc = compare_rounds(of[2], rounds_new, hib, tol, alpha, n_figures)
+        out.append(Comparison(name, of[3], v_new, rc.change if rc.ci else _rel(of[3], v_new),
+                              list(rc.ci) if rc.ci else None, rc.verdict, hib, rc.note,
+                              [rc.n_old, rc.n_new], rc.level))
     return out
+
+
+def _rel(old: float, new: float) -> float:
+    return (new / old - 1.0) if old else (math.inf if new else 0.0)
 
 
 # provenance fields that must match for a fair comparison
@@ -131,29 +155,55 @@ class Gate:
     baseline: dict
     tolerance: float
     alpha: float
+    all_figures: bool = False
     by_nodeid: dict = field(default_factory=dict)
     seen: list = field(default_factory=list)  # (nodeid, [Comparison])
+    figure_keys: set = field(default_factory=set)
+    n_figures: int = 1
 
     def __post_init__(self):
-        self.by_nodeid = {r["nodeid"]: r for r in self.baseline.get("results", [])}
+        self.by_nodeid = {r["nodeid"]: r for r in self.baseline.get("results", []) if isinstance(r, dict)}
+        # Bonferroni over the figures the baseline offers (shared probe calls counted once)
+        keys = set()
+        for r in self.by_nodeid.values():
+            for name, key, rounds, _, _ in figures(r, self.all_figures):
+                if len(rounds) >= MIN_ROUNDS_GATE:
+                    keys.add(key or (r["nodeid"], name))
+        self.n_figures = max(1, len(keys))
 
     def check(self, result: dict) -> list[Comparison]:
         old = self.by_nodeid.get(result["nodeid"])
-        if old is None or not old.get("probes"):
+        if old is None or (not old.get("probes") and not _disturbed(result)):
             return []
-        comps = compare_result(old, result, self.tolerance, self.alpha)
+        comps = compare_result(old, result, self.tolerance, self.alpha, self.n_figures, self.all_figures,
+                               self.figure_keys)
+        if not comps and _disturbed(result) and old.get("value") is not None:
+            comps = [Comparison("metric", old["value"], math.nan, math.nan, None, "untestable",
+                                bool(old.get("higher_is_better", True)),
+                                "disturbed: " + "; ".join(result.get("disturbed") or [result.get("reason", "")]))]
         self.seen.append((result["nodeid"], comps))
         return comps
 
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = {}
+        for _, comps in self.seen:
+            for x in comps:
+                k = "untestable: disturbed" if x.note.startswith("disturbed") else x.verdict
+                c[k] = c.get(k, 0) + 1
+        return c
+
+    def summary_line(self) -> str:
+        c = self.counts()
+        order = ("regressed", "improved", "unchanged", "inconclusive", "untestable", "untestable: disturbed")
+        parts = ", ".join(f"{c.get(k, 0)} {k}" for k in order if c.get(k) or k in ("regressed", "improved"))
+        return (f"{parts} ({sum(c.values())} figures; tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g} "
+                f"over {self.n_figures} figures: Welch interval of the change between rounds)")
+
     def summary(self, tr) -> None:
         tr.write_sep("-", f"voiceperf baseline {self.baseline_path}")
-        reg = imp = 0
         for nodeid, comps in self.seen:
             for c in comps:
-                if c.verdict in ("regressed", "improved"):
-                    reg += c.verdict == "regressed"
-                    imp += c.verdict == "improved"
-                    tr.write_line(f"{c.verdict.upper():<9} {nodeid.split('::')[-1]} {c.text()}",
+                if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed"):
+                    tr.write_line(f"{c.verdict.upper():<12} {nodeid.split('::')[-1]} {c.text()}",
                                   red=c.verdict == "regressed", green=c.verdict == "improved")
-        tr.write_line(f"{reg} regressed, {imp} improved, {len(self.seen)} compared "
-                      f"(tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g}, Mann-Whitney U)")
+        tr.write_line(self.summary_line())

@@ -61,6 +61,17 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
     parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates", default="0.05")
     parser.addini("voiceperf_alpha", "significance level of the baseline gate", default="0.05")
+    g.addoption("--voiceperf-rounds", metavar="MIN[:MAX]",
+                help="independent rounds per case: MIN before deciding, up to MAX while the interval straddles "
+                     "the bound (default: ini voiceperf_min_rounds / voiceperf_max_rounds)")
+    g.addoption("--voiceperf-all-figures", action="store_true",
+                help="the baseline gate compares every probe output with a direction, not only the metric and "
+                     "each probe's primary figure")
+    parser.addini("voiceperf_min_rounds", "rounds per case before the verdict is decided", default="3")
+    parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="8")
+    parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="120")
+    parser.addini("voiceperf_disturbed_cpu",
+                  "CPU cores other processes may use during a round before it is disturbed", default="0.25")
 
 
 def _enabled(config) -> bool:
@@ -190,6 +201,9 @@ def pytest_sessionstart(session):
         timeout=config.getoption("voiceperf_timeout") or ini_float("voiceperf_timeout"),
         start_timeout=ini_float("voiceperf_start_timeout"),
         ceiling_slack=ini_float("voiceperf_ceiling_slack"),
+        round_seconds=ini_float("voiceperf_round_seconds"),
+        disturbed_cpu=ini_float("voiceperf_disturbed_cpu"),
+        **_rounds(config),
     )
     worker = getattr(config, "workerinput", {}).get("workerid")
     threads = config.getoption("voiceperf_threads")
@@ -207,6 +221,28 @@ def pytest_sessionstart(session):
         config.stash[STASH_GATE] = _load_gate(config, vs, baseline)
 
 
+def _rounds(config) -> dict:
+    def as_int(v, what):
+        try:
+            n = int(v)
+        except ValueError:
+            raise pytest.UsageError(f"{what} must be a whole number of rounds, got {v!r}") from None
+        if n < 1:
+            raise pytest.UsageError(f"{what} must be 1 or more, got {n}")
+        return n
+
+    lo = as_int(config.getini("voiceperf_min_rounds"), "ini voiceperf_min_rounds")
+    hi = as_int(config.getini("voiceperf_max_rounds"), "ini voiceperf_max_rounds")
+    opt = config.getoption("voiceperf_rounds")
+    if opt:
+        a, _, b = str(opt).partition(":")
+        lo = as_int(a, "--voiceperf-rounds MIN")
+        hi = as_int(b, "--voiceperf-rounds MAX") if b else max(hi, lo)
+    if lo > hi:
+        raise pytest.UsageError(f"voiceperf rounds: min {lo} is above max {hi}")
+    return {"min_rounds": lo, "max_rounds": hi}
+
+
 def _load_gate(config, vs, spec):
     from . import gate, storage
 
@@ -222,7 +258,8 @@ def _load_gate(config, vs, spec):
             f"voiceperf baseline {path} was measured on a different setup, comparing would mislead: "
             + "; ".join(bad) + ". Pass --voiceperf-allow-mismatch to compare anyway.")
     return gate.Gate(str(path), doc, tolerance=float(config.getini("voiceperf_tolerance")),
-                     alpha=float(config.getini("voiceperf_alpha")))
+                     alpha=float(config.getini("voiceperf_alpha")),
+                     all_figures=bool(config.getoption("voiceperf_all_figures")))
 
 
 def get_session(config):
@@ -329,14 +366,16 @@ def pytest_runtest_makereport(item, call):
             result.reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
     result.duration_s = round(call.duration, 3)
     g = item.config.stash.get(STASH_GATE, None)
-    if g is not None and result.probes and result.outcome in ("passed", "failed", "xpassed", "unmeasured"):
+    if g is not None and (result.probes or result.disturbed) and \
+            result.outcome in ("passed", "failed", "xpassed", "unmeasured"):
         comps = g.check(result.to_json())
         result.baseline = [c.__dict__ for c in comps]
         regressed = [c for c in comps if c.verdict == "regressed"]
         if regressed:
             text = "\n".join("  " + c.text() for c in regressed)
             msg = (f"{item.location_str()}: claim {item.name} regressed against baseline {g.baseline_path}\n{text}\n"
-                   f"  (a change beyond {g.tolerance * 100:g}% tolerance, significant at alpha {g.alpha:g})")
+                   f"  (the whole interval of the change between rounds is beyond the {g.tolerance * 100:g}% tolerance; "
+                   f"alpha {g.alpha:g} over {g.n_figures} figures)")
             if result.outcome in ("passed", "unmeasured"):  # a figure that got worse fails even so
                 rep.outcome = "failed"
                 rep.longrepr = msg
@@ -354,6 +393,12 @@ def pytest_runtest_makereport(item, call):
 def pytest_report_teststatus(report, config):
     vo = getattr(report, "voiceperf_outcome", None)
     if vo == "unmeasured" and report.when == "call":
+        # the summary line counts the two kinds of unmeasured that a re-run may change
+        why = getattr(report, "voiceperf", {}).get("reason", "")
+        if why.startswith("inconclusive"):
+            return "inconclusive", "I", ("INCONCLUSIVE", {"yellow": True})
+        if why.startswith("disturbed"):
+            return "disturbed", "D", ("DISTURBED", {"yellow": True})
         return "unmeasured", "U", ("UNMEASURED", {"yellow": True})
     if vo == "error":
         return "error", "E", ("ERROR", {"red": True})

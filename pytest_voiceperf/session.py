@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import expr, models
+from . import expr, models, stats
 from .claims import Case
 from .engines import EnginePool
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, spread
@@ -63,10 +63,21 @@ class CaseResult:
     worker: str | None = None
     gpu: str | None = None  # the device this case ran on (CUDA_VISIBLE_DEVICES of its worker)
     baseline: list | None = None  # comparisons with the baseline run, when one was given
+    # the interval verdict: round-level metric values, their confidence interval, and why
+    ci: tuple[float, float] | None = None
+    ci_method: str = ""
+    rounds: int = 0
+    round_values: list[float] = field(default_factory=list)
+    rep_samples: list[float] = field(default_factory=list)  # the metric per repetition, all rounds
+    decision: str = ""  # passed | failed | inconclusive (before xfail and the gate)
+    modes: list | None = None
+    disturbed: list[str] = field(default_factory=list)  # causes of the rounds dropped as disturbed
+    engine_instances: int | None = None  # engine figures: how many engine instances the rounds came from
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
         d["spread"] = list(self.spread) if self.spread else None
+        d["ci"] = list(self.ci) if self.ci else None
         return d
 
 
@@ -83,6 +94,10 @@ class Options:
     start_timeout: float = 600.0
     ceiling_slack: float = 0.03
     max_live_engines: int = 1
+    min_rounds: int = 3
+    max_rounds: int = 8
+    round_seconds: float = 120.0
+    disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
 
 
 def _resolve_device(requested: str) -> str:
@@ -118,9 +133,14 @@ def _device_name(device: str) -> str:
 class ProbeContext:
     """What a probe function sees: the device, other probes, engines, models, progress."""
 
-    def __init__(self, session: "Session", deadline: float):
+    def __init__(self, session: "Session", deadline: float, round: int | None = None, attempt: int = 0):
         self.session = session
         self.deadline = deadline
+        # the round being measured (None outside a round): a probe that calls another probe gets
+        # that probe's figure of the same round; ``attempt`` is unique per probe call (a disturbed
+        # round taken again is a new measurement, never a cached one)
+        self.round = round
+        self.attempt = attempt
 
     @property
     def device(self) -> str:
@@ -142,6 +162,8 @@ class ProbeContext:
         return max(1.0, self.deadline - time.monotonic())
 
     def probe(self, name: str, **args) -> Measurement:
+        if self.round is not None:
+            return self.session.measure_round(name, args, self, self.round)
         return self.session.measure(name, args, self)
 
     def engine(self, family: str, spec: dict, env: dict | None = None):
@@ -198,36 +220,81 @@ class Session:
                                   start_timeout=options.start_timeout,
                                   max_live=options.max_live_engines, progress=self.progress)
 
-    # -- probes --------------------------------------------------------------------------
+    # -- probes ----------------------------------------------------------------------------
     def measure(self, name: str, args: dict, ctx: ProbeContext) -> Measurement:
-        spec = self.registry.get(name)
-        if spec is None:
-            raise Unmeasured(f"unknown probe {name!r}")
-        key = name + json.dumps(args, sort_keys=True, default=str)
+        """The probe's figure over the rounds taken so far (at least one): medians of round figures."""
+        pr = self._probed(name, args)
+        if not pr.rounds:
+            self.measure_round(name, args, ctx, 0)
+        return pr.aggregate()
+
+    def probed(self, name: str, args: dict) -> "Probed | None":
+        hit = self._cache.get(_key(name, args))
+        return hit if isinstance(hit, Probed) else None
+
+    def _probed(self, name: str, args: dict) -> "Probed":
+        key = _key(name, args)
         hit = self._cache.get(key)
-        if isinstance(hit, Measurement):
-            return hit
         if isinstance(hit, Unmeasured):
             raise hit
+        if hit is None:
+            if self.registry.get(name) is None:
+                raise Unmeasured(f"unknown probe {name!r}")
+            hit = self._cache[key] = Probed(name, args)
+        return hit
+
+    def measure_round(self, name: str, args: dict, ctx: ProbeContext, r: int) -> Measurement:
+        """Round ``r`` of the probe (taking rounds until it exists; disturbed rounds are dropped and
+        taken again, at most ``min_rounds`` times). A probe whose figures do not vary between
+        repetitions (counts, datasheet figures) has one round, which stands for every round."""
+        pr = self._probed(name, args)
+        spec = self.registry.get(name)
+        while len(pr.rounds) <= r and not (pr.rounds and pr.deterministic):
+            if len(pr.dropped) >= self.options.min_rounds:
+                causes = "; ".join(dict.fromkeys(c for d in pr.dropped for c in d["disturbed"]))
+                raise Unmeasured(f"disturbed: {len(pr.dropped)} rounds of {name} dropped, {len(pr.rounds)} clean "
+                                 f"({causes})")
+            self._take_round(spec, pr, ctx)
+        return pr.rounds[min(r, len(pr.rounds) - 1)]
+
+    def _take_round(self, spec, pr: "Probed", ctx: ProbeContext) -> None:
+        from .disturbance import Watch
+
+        rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
+        pr.attempts += 1
+        watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda").start()
         try:
-            m = spec(ctx, **args)
+            m = spec(rctx, **pr.args)
         except Unmeasured as exc:
-            self._cache[key] = exc
+            if not pr.rounds:  # a probe that cannot run here says so once for the session
+                self._cache[_key(pr.name, pr.args)] = exc
             raise
         except (EngineError, KeyboardInterrupt, SystemExit):
             raise
         except MemoryError:
-            raise EngineError(f"probe {name} ran out of memory") from None
+            raise EngineError(f"probe {pr.name} ran out of memory") from None
         except Exception as exc:  # a broken probe is an error verdict, not a crash of the run
             import traceback
 
-            raise EngineError(f"probe {name} failed: {type(exc).__name__}: {exc}",
+            raise EngineError(f"probe {pr.name} failed: {type(exc).__name__}: {exc}",
                               "".join(traceback.format_exception(exc)[-6:])) from None
         if not isinstance(m, Measurement):
-            raise TypeError(f"probe {name} returned {type(m).__name__}, not Measurement")
-        self.check_ceilings(name, m, ctx)
-        self._cache[key] = m
-        return m
+            raise TypeError(f"probe {pr.name} returned {type(m).__name__}, not Measurement")
+        rec = watch.stop()
+        rec["attempt"] = pr.attempts - 1
+        if rec["disturbed"]:
+            pr.dropped.append(rec)
+            self.progress(f"{pr.name}: round dropped, machine disturbed: {'; '.join(rec['disturbed'])}")
+            return
+        try:
+            self.check_ceilings(pr.name, m, ctx)
+        except Unmeasured as exc:  # an impossible figure voids the probe call for the session
+            if not pr.rounds:
+                self._cache[_key(pr.name, pr.args)] = exc
+            raise
+        pr.records.append(rec)
+        pr.rounds.append(m)
+        pr.aggregated = None
 
     def check_ceilings(self, name: str, m: Measurement, ctx: ProbeContext) -> None:
         """A figure above a ceiling measured in this session is a broken measurement."""
@@ -236,7 +303,8 @@ class Session:
                 continue
             pname, pargs, out, label = ceiling_for(key)
             try:
-                ceil = self.measure(pname, pargs, ctx).values[out]
+                self.measure(pname, pargs, ctx)
+                ceil = self._probed(pname, pargs).best(out)  # the best round: a ceiling is what the hardware can do
             except Unmeasured as exc:
                 m.info.setdefault("ceiling_unchecked", {})[key] = str(exc)
                 continue
@@ -303,41 +371,112 @@ class Session:
                 raise Unmeasured(why)
         deadline = time.monotonic() + (claim.timeout or self.options.timeout)
         ctx = ProbeContext(self, deadline)
-        outputs: dict[str, dict] = {}
-        samples: dict[str, dict[str, list]] = {}
-        for call in case.calls():
-            m = self.measure(call.probe, call.args, ctx)
-            outputs[call.alias] = m.values
-            samples[call.alias] = m.samples
+        calls = case.calls()
+        names = dict(case.params)
+        names.update(device=self.device, profile=self.profile)
+        rc = claim.rounds
+        n_min = rc.min or self.options.min_rounds
+        n_max = max(n_min, rc.max or self.options.max_rounds)
+        budget = rc.seconds or self.options.round_seconds
+        started = time.monotonic()
+        n = n_min
+        try:
+            while True:
+                # round-major: round r of every probe of the case before round r+1 of any (interleaved)
+                for r in range(n):
+                    for call in calls:
+                        self.measure_round(call.probe, call.args, ctx, r)
+                        if time.monotonic() > deadline:
+                            raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
+                                              "was hit")
+                ev = self._evaluate(claim, calls, names, n)
+                if ev["decision"] != "inconclusive" or ev["deterministic"]:
+                    break
+                spent = time.monotonic() - started
+                if n >= n_max or spent > budget or time.monotonic() + spent / n > deadline:
+                    break
+                self.progress(f"{case.claim.id}: interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
+                              f"{claim.expect.describe()} after {n} rounds; one more round")
+                n += 1
+        finally:
+            self._record_probes(calls, result)
+        result.value = ev["value"]
+        result.round_values = ev["round_values"]
+        result.samples = ev["round_values"]
+        result.rep_samples = ev["rep_samples"]
+        result.rounds = ev["rounds"]
+        result.ci = ev["ci"]
+        result.ci_method = ev["ci_method"]
+        result.modes = ev["modes"]
+        result.decision = ev["decision"]
+        if len(result.rep_samples) >= 2:
+            result.spread = spread(result.rep_samples)
+        result.margin = judge(result.value, claim.expect).margin
+        ci_txt = _fmt_ci(result.ci, claim.unit)
+        mode_txt = ""
+        if result.modes:
+            mode_txt = (" bimodal: " + " and ".join(f"{fmt_value(md['value'], claim.unit)} ({md['n']})"
+                                                    for md in result.modes) + ";")
+        if ev["decision"] == "inconclusive":
+            raise Unmeasured(f"inconclusive:{mode_txt} {fmt_value(result.value, claim.unit)}, interval {ci_txt} "
+                             f"straddles {claim.expect.describe()} after {result.rounds} rounds "
+                             f"({time.monotonic() - started:.0f} s; budget {n_max} rounds, {budget:g} s)")
+        if ev["decision"] == "failed":
+            raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
+                                f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")
+
+    def _record_probes(self, calls, result: CaseResult) -> None:
+        for call in calls:
+            pr = self.probed(call.probe, call.args)
+            if pr is None:
+                continue
             spec = self.registry.get(call.probe)
+            result.disturbed += [c for d in pr.dropped for c in d["disturbed"] if c not in result.disturbed]
+            if not pr.rounds:
+                continue
+            m = pr.aggregate()
             result.probes[call.alias] = {"probe": call.probe, "args": call.args, "values": m.values,
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {}}
-            if time.monotonic() > deadline:
-                raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s was hit")
-        names = dict(case.params)
-        names.update(device=self.device, profile=self.profile)
-        try:
-            value = expr.evaluate(claim.metric, names, outputs)
-        except expr.ExprError as exc:
-            raise Unmeasured(f"measurement invalid: {exc}") from None
-        if isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise Unmeasured(f"measurement invalid: the metric gave {value!r}, not a finite number")
-        result.value = float(value)
-        result.samples = self._metric_samples(claim.metric, names, outputs, samples)
-        if len(result.samples) >= 2:
-            result.spread = spread(result.samples)
-            med = statistics.median(result.samples)
-            rel = (result.spread[1] - result.spread[0]) / abs(med) if med else 0.0
-            if rel > claim.noise.max_rel_spread:
-                raise Unmeasured(f"too noisy: interquartile spread is {rel * 100:.0f}% of the median "
-                                 f"(limit {claim.noise.max_rel_spread * 100:.0f}%)")
-        j = judge(result.value, claim.expect)
-        result.margin = j.margin
-        if not j.ok:
-            raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {j.text}")
+            if spec is not None and spec.engine:
+                result.engine_instances = 1  # rounds reuse the session's engine instance
+
+    def _evaluate(self, claim, calls, names: dict, n: int) -> dict:
+        """The metric per round, its interval and the decision against the expectation."""
+        probed = [(c.alias, self.probed(c.probe, c.args)) for c in calls]
+        det = all(pr.deterministic for _, pr in probed)
+        rounds = 1 if det else n
+        values, reps = [], []
+        for r in range(rounds):
+            outs = {a: pr.rounds[min(r, len(pr.rounds) - 1)].values for a, pr in probed}
+            samp = {a: pr.rounds[min(r, len(pr.rounds) - 1)].samples for a, pr in probed}
+            try:
+                v = expr.evaluate(claim.metric, names, outs)
+            except expr.ExprError as exc:
+                raise Unmeasured(f"measurement invalid: {exc}") from None
+            if isinstance(v, bool):
+                v = float(v)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise Unmeasured(f"measurement invalid: the metric gave {v!r}, not a finite number")
+            values.append(float(v))
+            reps += self._metric_samples(claim.metric, names, outs, samp)
+        lo, hi = claim.expect.bounds()
+        value = float(statistics.median(values))
+        md = None
+        if det or len(values) < 2:
+            ci, method = (value, value), ("exact: the probes' figures do not vary between repetitions" if det
+                                          else "one round")
+        else:
+            ci = stats.interval(values)
+            method = stats.CI_METHOD
+            md = stats.modes(values) or stats.modes(reps)
+            if md is not None:  # never one number with a small spread: the interval covers both modes
+                allv = [x for g in md.groups for x in g]
+                ci = (min(ci[0], min(allv)), max(ci[1], max(allv)))
+                method += ", widened to cover both modes"
+        return {"value": value, "round_values": values, "rep_samples": reps, "rounds": rounds, "ci": ci,
+                "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
+                "decision": stats.decide(ci, lo, hi)}
 
     @staticmethod
     def _metric_samples(metric: str, names: dict, outputs: dict, samples: dict) -> list[float]:
@@ -411,6 +550,69 @@ class Session:
 
     def close(self) -> None:
         self.engines.close_all()
+
+
+def _fmt_ci(ci, unit: str) -> str:
+    if not ci:
+        return "-"
+    if unit == "fraction":
+        return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+    return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
+
+
+def _key(name: str, args: dict) -> str:
+    return name + json.dumps(args, sort_keys=True, default=str)
+
+
+class Probed:
+    """The rounds of one probe call in this session (shared by every claim that makes the call)."""
+
+    def __init__(self, name: str, args: dict):
+        self.name = name
+        self.args = args
+        self.rounds: list[Measurement] = []
+        self.records: list[dict] = []  # per clean round: wall time, other CPU load, GPU state
+        self.dropped: list[dict] = []  # disturbed rounds: their records with the causes
+        self.attempts = 0
+        self.aggregated: Measurement | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """No figure varies between repetitions (a count or a datasheet figure): one round is enough."""
+        if not self.rounds:
+            return False
+        s = self.rounds[0].samples
+        lists = [v for v in s.values() if v]
+        return not lists or all(len(v) >= 2 and max(v) == min(v) for v in lists)
+
+    def best(self, out: str) -> float:
+        return max(m.values[out] for m in self.rounds)
+
+    def aggregate(self) -> Measurement:
+        """values: median of the round figures; samples: the round figures (what verdicts and the gate use)."""
+        if self.aggregated is not None and self.aggregated.info.get("rounds") == len(self.rounds):
+            return self.aggregated
+        last = self.rounds[-1]
+        if len(self.rounds) == 1:
+            values = dict(last.values)
+            samples = {k: [v] for k, v in last.values.items()} if not self.deterministic else {}
+        else:
+            values, samples = {}, {}
+            for k in last.values:
+                xs = [m.values[k] for m in self.rounds if k in m.values and m.values[k] is not None]
+                if xs and all(isinstance(x, (int, float)) for x in xs):
+                    values[k] = float(statistics.median(xs))
+                    samples[k] = [float(x) for x in xs]
+                else:
+                    values[k] = last.values[k]
+        info = dict(last.info)
+        info["rounds"] = len(self.rounds)
+        info["repetitions"] = [m.samples for m in self.rounds]
+        info["round_records"] = self.records
+        if self.dropped:
+            info["dropped_rounds"] = self.dropped
+        self.aggregated = Measurement(values, samples, info, dict(last.implies), last.invalid)
+        return self.aggregated
 
 
 def _ceiling_unit(key: str) -> str:

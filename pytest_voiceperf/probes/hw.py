@@ -133,12 +133,17 @@ def matmul(ctx, dtype: str = "bfloat16", n: int = 0, reps: int = 0):
         dt = getattr(torch, dtype)
         a = torch.randn(n, n, device=ctx.device, dtype=torch.float32).to(dt)
         b = torch.randn(n, n, device=ctx.device, dtype=torch.float32).to(dt)
-        if ctx.device == "cpu" and dtype == "float16":
-            # CPU float16 GEMM is an emulation on most CPUs; time it once to keep the run bounded
+        if ctx.device == "cpu" and dtype in ("float16", "bfloat16"):
+            # half-precision GEMM is emulated on many CPUs (here fp16 at 4096^3: 517 s a product):
+            # time a small product and refuse sizes that would take more than 2 s each
+            s = a[:256, :256].contiguous()
+            torch.matmul(s, s)
             t0 = time.perf_counter()
-            torch.matmul(a[:256, :256], b[:256, :256])
-            if time.perf_counter() - t0 > 0.05:
-                raise Unmeasured("float16 matmul is emulated on this CPU (no native fp16 GEMM); use float32 or bfloat16")
+            torch.matmul(s, s)
+            rate = 2 * 256**3 / max(time.perf_counter() - t0, 1e-9)
+            if 2 * n**3 / rate > 2.0:
+                raise Unmeasured(f"{dtype} matmul runs at {rate / 1e9:.3g} GFLOP/s on this CPU (emulated, no native "
+                                 f"{dtype} GEMM): one {n}^3 product would take {2 * n**3 / rate:.0f} s")
 
         def fn():
             return torch.matmul(a, b)

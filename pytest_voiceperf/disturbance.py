@@ -1,0 +1,185 @@
+"""What the machine was doing while a round was measured.
+
+A round measured while something else loaded the machine is *disturbed*, not slow: its figure
+is dropped (and the round taken again) instead of being judged. Watched per round:
+
+- CPU time used by processes outside this pytest process and its descendants (the engine
+  workers), summed per process with psutil, and the hypervisor's steal time (/proc/stat): above
+  ``cpu_limit`` cores on average over the round (default 0.25 of one core) the round is disturbed.
+  Another xdist worker is another process, so a worker measuring beside it is caught too.
+- On CUDA (nvidia-ml-py): SM and memory clocks, temperature, power, the clock-event (throttle)
+  reasons, and compute processes on the GPU that are not ours. Thermal or hardware slowdown and
+  power-brake reasons, or another process on the GPU, make the round disturbed. The software power
+  cap (SwPowerCap) is recorded but not counted: it is the card's own sustained limit under load.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+# NVML clock-event reasons (nvmlClocksEventReason*)
+REASONS = {0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPowerCap", 0x8: "HwSlowdown",
+           0x10: "SyncBoost", 0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown", 0x80: "HwPowerBrakeSlowdown",
+           0x100: "DisplayClockSetting"}
+DISTURBING = 0x8 | 0x20 | 0x40 | 0x80
+
+
+def _our_pids() -> set[int]:
+    import psutil
+
+    me = psutil.Process()
+    pids = {me.pid}
+    try:
+        pids.update(p.pid for p in me.children(recursive=True))
+    except psutil.Error:
+        pass
+    return pids
+
+
+def _cpu_by_pid() -> dict[int, tuple[float, str]]:
+    import psutil
+
+    out = {}
+    for p in psutil.process_iter(["name", "cpu_times"]):
+        ct = p.info.get("cpu_times")
+        if ct is None:
+            continue
+        out[p.pid] = (ct.user + ct.system, p.info.get("name") or "?")
+    return out
+
+
+def _steal() -> float:
+    """Seconds of CPU time the hypervisor gave to other guests (all CPUs)."""
+    try:
+        with open("/proc/stat") as f:
+            parts = f.readline().split()
+        return int(parts[8]) / os.sysconf("SC_CLK_TCK") if len(parts) > 8 else 0.0
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _nvml_handle():
+    try:
+        import pynvml
+    except ImportError:
+        return None, None
+    try:
+        pynvml.nvmlInit()
+        vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        idx = int(vis) if vis.isdigit() else 0
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(idx)
+    except Exception:
+        return None, None
+
+
+def gpu_state(nvml=None, handle=None) -> dict | None:
+    """SM/memory clocks (MHz), temperature (C), power (W), clock-event reasons, other GPU processes."""
+    if nvml is None:
+        nvml, handle = _nvml_handle()
+    if nvml is None or handle is None:
+        return None
+    out: dict = {}
+
+    def get(key, fn, *a):
+        try:
+            out[key] = fn(handle, *a)
+        except Exception:
+            pass
+
+    get("sm_mhz", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_SM)
+    get("mem_mhz", nvml.nvmlDeviceGetClockInfo, nvml.NVML_CLOCK_MEM)
+    get("temp_c", nvml.nvmlDeviceGetTemperature, nvml.NVML_TEMPERATURE_GPU)
+    get("power_mw", nvml.nvmlDeviceGetPowerUsage)
+    fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    if fn is not None:
+        get("reasons", fn)
+    try:
+        procs = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        out["gpu_pids"] = sorted({int(p.pid) for p in procs})
+    except Exception:
+        pass
+    if "power_mw" in out:
+        out["power_w"] = round(out.pop("power_mw") / 1000, 1)
+    if "reasons" in out:
+        out["reasons_names"] = [n for bit, n in REASONS.items() if out["reasons"] & bit]
+    return out
+
+
+@dataclass
+class Watch:
+    """Started before a round, :meth:`stop` after it: the causes of disturbance, if any."""
+
+    cpu_limit: float = 0.25
+    gpu: bool = False
+    t0: float = 0.0
+    cpu0: dict = field(default_factory=dict)
+    steal0: float = 0.0
+    gpu0: dict | None = None
+    ok: bool = True
+
+    def start(self) -> "Watch":
+        try:
+            self.cpu0 = _cpu_by_pid()
+        except Exception:  # psutil missing or /proc unreadable: nothing to watch, say so in the record
+            self.ok = False
+        self.steal0 = _steal()
+        self.gpu0 = gpu_state() if self.gpu else None
+        self.t0 = time.monotonic()
+        return self
+
+    def stop(self) -> dict:
+        wall = max(1e-6, time.monotonic() - self.t0)
+        rec: dict = {"wall_s": round(wall, 3)}
+        causes: list[str] = []
+        if self.ok:
+            ours = _our_pids()
+            cpu1 = _cpu_by_pid()
+            others: list[tuple[float, int, str]] = []
+            for pid, (t1, name) in cpu1.items():
+                if pid in ours:
+                    continue
+                t0 = self.cpu0.get(pid, (0.0, name))[0] if pid in self.cpu0 else 0.0
+                d = t1 - t0
+                if d > 0:
+                    others.append((d, pid, name))
+            other = sum(d for d, _, _ in others)
+            rec["other_cpu_cores"] = round(other / wall, 3)
+            top = sorted(others, reverse=True)[:3]
+            rec["other_top"] = [f"{name}[{pid}] {d / wall:.2f}" for d, pid, name in top if d / wall >= 0.01]
+            if other / wall > self.cpu_limit:
+                causes.append(f"other processes used {other / wall:.2f} CPU cores (limit {self.cpu_limit:g}; "
+                              + ", ".join(rec["other_top"]) + ")")
+        else:
+            rec["other_cpu_cores"] = None
+        steal = (_steal() - self.steal0) / wall
+        rec["steal_cores"] = round(steal, 3)
+        if steal > self.cpu_limit:
+            causes.append(f"the hypervisor stole {steal:.2f} CPU cores (other guests)")
+        if self.gpu:
+            g1 = gpu_state()
+            rec["gpu_start"], rec["gpu_end"] = self.gpu0, g1
+            for g in (self.gpu0, g1):
+                if g and g.get("reasons", 0) & DISTURBING:
+                    causes.append("GPU throttled: " + ",".join(n for b, n in REASONS.items()
+                                                               if g["reasons"] & b & DISTURBING))
+                    break
+            ours = _our_pids()
+            foreign = sorted({p for g in (self.gpu0, g1) if g for p in g.get("gpu_pids", []) if p not in ours})
+            # a process in a container may not see the pids of the host's GPU processes; only
+            # pids that exist in our view and are not ours count as another user of the GPU
+            foreign = [p for p in foreign if _exists(p)]
+            if foreign:
+                causes.append(f"other processes on the GPU: {foreign}")
+        rec["disturbed"] = causes
+        return rec
+
+
+def _exists(pid: int) -> bool:
+    try:
+        import psutil
+
+        return psutil.pid_exists(pid)
+    except ImportError:
+        return False

@@ -1,0 +1,156 @@
+"""The statistics behind verdicts and the gate: pure functions over round-level figures.
+
+A *round* is one call of a probe (its own warm-up and repetitions); its figure is the median of
+its repetitions. Repetitions inside a round are correlated (same engine, same host state), so
+every decision here uses the spread **between rounds**:
+
+- :func:`interval`: a two-sided Student-t confidence interval of the mean of the round figures.
+  Distribution-free intervals of the median need 6 rounds to reach 95% (``[min, max]`` of n
+  rounds covers the median with probability 1 - 2^(1-n)); the t interval is usable from 2 rounds
+  and its width follows the measured spread, so a figure far from its bound is decided early and a
+  close one asks for more rounds. Bimodal figures (:func:`modes`) are widened to cover both modes.
+- :func:`decide`: passed when the whole interval meets the expectation, failed when the whole
+  interval violates it, otherwise inconclusive.
+- :func:`compare_rounds`: the baseline gate's test, a Welch interval of the difference of mean
+  log figures (a relative change), at a Bonferroni-corrected level.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+CI_METHOD = "Student-t 95% interval of the mean of the round figures"
+
+
+def t_quantile(p: float, df: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+def interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """Two-sided ``confidence`` interval of the mean of ``values`` (None with fewer than 2)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n < 2:
+        return None
+    m = statistics.fmean(xs)
+    s = statistics.stdev(xs)
+    if s == 0:
+        return (m, m)
+    h = t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    return (m - h, m + h)
+
+
+def decide(ci: tuple[float, float], lo: float | None, hi: float | None) -> str:
+    """passed | failed | inconclusive: where the whole interval lies against [lo, hi]."""
+    a, b = ci
+    if (lo is not None and b < lo) or (hi is not None and a > hi):
+        return "failed"
+    if (lo is None or a >= lo) and (hi is None or b <= hi):
+        return "passed"
+    return "inconclusive"
+
+
+@dataclass
+class Modes:
+    groups: list[list[float]]
+
+    @property
+    def values(self) -> list[float]:
+        return [statistics.median(g) for g in self.groups]
+
+    def describe(self, fmt=lambda v: f"{v:.4g}", what: str = "values") -> str:
+        return " and ".join(f"{fmt(statistics.median(g))} ({len(g)} {what})" for g in self.groups)
+
+    def to_json(self) -> list[dict]:
+        return [{"value": statistics.median(g), "n": len(g), "min": min(g), "max": max(g)} for g in self.groups]
+
+
+def modes(values: list[float], min_gap: float = 0.10, separation: float = 3.0) -> Modes | None:
+    """Two separate modes, or None.
+
+    Split at the widest gap between sorted values; bimodal when each side holds at least two
+    values, the gap is at least ``min_gap`` of the median, and at least ``separation`` times the
+    wider side's own range (a single outlier is not a mode).
+    """
+    xs = sorted(float(v) for v in values if v is not None and math.isfinite(v))
+    if len(xs) < 4:
+        return None
+    med = statistics.median(xs)
+    gaps = [(xs[i + 1] - xs[i], i) for i in range(len(xs) - 1)]
+    gap, i = max(gaps)
+    a, b = xs[: i + 1], xs[i + 1:]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if gap < min_gap * abs(med) or gap < separation * max(a[-1] - a[0], b[-1] - b[0]):
+        return None
+    return Modes([a, b])
+
+
+@dataclass
+class RoundComparison:
+    verdict: str  # regressed | improved | unchanged | inconclusive | untestable
+    change: float  # relative change of the geometric means, new/old - 1
+    ci: tuple[float, float] | None  # interval of the relative change
+    note: str = ""
+    level: float = 0.05
+    n_old: int = 0
+    n_new: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+MIN_ROUNDS_GATE = 3
+
+
+def compare_rounds(old: list[float], new: list[float], higher_is_better: bool, tolerance: float,
+                   alpha: float, n_figures: int = 1) -> RoundComparison:
+    """Did the figure change beyond ``tolerance``, beyond what the rounds' spread explains?
+
+    Works on log figures (a relative change). The interval of the difference of means is a
+    Welch interval at one-sided level alpha / n_figures (Bonferroni over the figures compared in
+    one run). regressed: the whole interval is worse than -tolerance; improved: the whole interval
+    is better than +tolerance; unchanged: the interval stays above -tolerance on the bad side (no
+    regression beyond the tolerance is plausible); inconclusive: the interval straddles it.
+    Needs ``MIN_ROUNDS_GATE`` positive round figures on each side, else untestable.
+    """
+    level = alpha / max(1, n_figures)
+    o = [math.log(v) for v in old if v is not None and v > 0 and math.isfinite(v)]
+    n = [math.log(v) for v in new if v is not None and v > 0 and math.isfinite(v)]
+    if len(o) < MIN_ROUNDS_GATE or len(n) < MIN_ROUNDS_GATE:
+        return RoundComparison("untestable", _ratio(old, new), None,
+                               f"needs {MIN_ROUNDS_GATE} rounds on each side (baseline {len(o)}, this run {len(n)})",
+                               level, len(o), len(n))
+    d = statistics.fmean(n) - statistics.fmean(o)
+    v1, v2 = statistics.variance(o) / len(o), statistics.variance(n) / len(n)
+    se = math.sqrt(v1 + v2)
+    if se == 0:
+        lo = hi = d
+    else:
+        df = (v1 + v2) ** 2 / ((v1 ** 2 / (len(o) - 1) if v1 else 0) + (v2 ** 2 / (len(n) - 1) if v2 else 0))
+        h = t_quantile(1 - level, df) * se
+        lo, hi = d - h, d + h
+    sign = 1 if higher_is_better else -1
+    good_lo, good_hi = sorted((sign * lo, sign * hi))  # the log change, "better" positive
+    t = math.log1p(tolerance)  # symmetric in log space: a 5% tolerance is a ratio outside [1/1.05, 1.05]
+    if good_hi < -t:
+        verdict = "regressed"
+    elif good_lo > t:
+        verdict = "improved"
+    elif good_lo >= -t:
+        verdict = "unchanged"
+    else:
+        verdict = "inconclusive"
+    ci = (math.expm1(lo), math.expm1(hi))
+    note = {"regressed": "", "improved": "",
+            "unchanged": "no change beyond the tolerance",
+            "inconclusive": "the interval of the change straddles the tolerance: more rounds would decide"}[verdict]
+    return RoundComparison(verdict, math.expm1(d), ci, note, level, len(o), len(n))
+
+
+def _ratio(old: list[float], new: list[float]) -> float:
+    try:
+        return statistics.median(new) / statistics.median(old) - 1.0
+    except (statistics.StatisticsError, ZeroDivisionError):
+        return float("nan")
