@@ -83,21 +83,16 @@ def cmd_compare(args) -> int:
         print("refusing to compare runs of different setups: " + "; ".join(bad) +
               " (use --allow-mismatch to compare anyway)", file=sys.stderr)
         return 2
-    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha)
-    regressed = improved = 0
+    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures)
     for r in new["results"]:
-        if r.get("value") is None:
+        if not isinstance(r, dict) or (r.get("value") is None and not gate._disturbed(r)):
             continue
         for c in g.check(r):
-            if c.verdict == "regressed":
-                regressed += 1
-            if c.verdict == "improved":
-                improved += 1
-            if c.verdict in ("regressed", "improved") or args.verbose:
-                print(f"{c.verdict.upper():<10} {r['nodeid']}  {c.text()}")
-    print(f"{regressed} regressed, {improved} improved, {len(g.seen)} compared "
-          f"(tolerance {args.tolerance * 100:g}%, alpha {args.alpha:g}, Mann-Whitney U)")
-    return 1 if (regressed and args.fail) else 0
+            if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed") \
+                    or args.verbose:
+                print(f"{c.verdict.upper():<12} {r['nodeid']}  {c.text()}")
+    print(g.summary_line())
+    return 1 if (g.counts().get("regressed") and args.fail) else 0
 
 
 def cmd_merge(args) -> int:
@@ -152,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--tolerance", type=float, default=0.05)
     s.add_argument("--alpha", type=float, default=0.05)
     s.add_argument("--allow-mismatch", action="store_true")
+    s.add_argument("--all-figures", action="store_true",
+                   help="compare every probe output with a direction, not only the metric and primary figures")
     s.add_argument("-v", "--verbose", action="store_true")
     s.set_defaults(fn=cmd_compare)
     s = sub.add_parser("merge", help="one results file from several runs of one setup (split suites)")
@@ -159,6 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--allow-mismatch", action="store_true")
     s.set_defaults(fn=cmd_merge)
+    s = sub.add_parser("repro", help="run a claim set N times: verdict flips, inconclusive cases, gate false alarms")
+    s.add_argument("--runs", type=int, default=2)
+    s.add_argument("--out", default="voiceperf-repro", help="folder for runK.json and their logs")
+    s.add_argument("--slow-run", metavar="ARGS", help="one more run with these pytest arguments, compared with the "
+                                                     "first (e.g. \"--voiceperf-threads 1\"): is the slowdown caught?")
+    s.add_argument("--results", nargs="+", metavar="JSON", help="analyse these results files instead of running")
+    s.add_argument("--slow-results", metavar="JSON", help="with --results: the slowed run")
+    s.add_argument("--tolerance", type=float, default=0.05)
+    s.add_argument("--alpha", type=float, default=0.05)
+    s.add_argument("--fail", action="store_true", help="exit 1 on a flip, a false alarm or an uncaught slowdown")
+    s.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of every run")
+    s.set_defaults(fn=lambda a: __import__("pytest_voiceperf.repro", fromlist=["main"]).main(a))
     s = sub.add_parser("report", help="HTML and Markdown report with plots")
     s.add_argument("results")
     s.add_argument("-o", "--output", default="voiceperf-report")

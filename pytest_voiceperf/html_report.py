@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .report import MARK, row
+from .report import MARK, row, interval_text
 from .results import read
 
 COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "xfailed": "#9a6700",
@@ -264,6 +264,9 @@ def write_report(results_path: str, out_dir: str) -> dict:
     trs = []
     for r in results:
         cells = row(r)
+        iv = interval_text(r)
+        if iv:  # the interval over rounds (and modes) beside the figure
+            cells = (*cells[:2], f"{cells[2]}; {iv}", *cells[3:])
         md.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         reason = html.escape(r.get("reason") or "")
         color = COLORS.get(r["outcome"], "black")

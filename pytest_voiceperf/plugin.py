@@ -430,6 +430,8 @@ def pytest_sessionfinish(session, exitstatus):
         return
     vs = get_session(config)
     if vs is not None:
+        if int(exitstatus) != pytest.ExitCode.INTERRUPTED:
+            vs.recheck_ceilings()
         vs.close()
     if hasattr(config, "workerinput"):
         # the xdist controller writes the one results file; it learns this worker's engines here

