@@ -101,10 +101,10 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
                    all_figures: bool = False, seen: set | None = None) -> list[Comparison]:
     out = []
     tol = new.get("tolerance") if new.get("tolerance") is not None else tolerance
-    old_figs = {(f[0], f[1]): f for f in figures(old, all_figures)}
+    old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = _disturbed(new) or _disturbed(old)
     for name, key, rounds_new, v_new, hib in figures(new, all_figures):
-        of = old_figs.get((name, key))
+        of = old_figs.get(name)
         if of is None or of[3] is None or v_new is None:
             continue
         if key is not None and seen is not None:

@@ -90,7 +90,9 @@ def test_json_file_and_strict(vp):
     by = {r["claim"]: r for r in doc["results"]}
     a = by["c-a"]
     assert a["outcome"] == "passed" and a["value"] == 1.0 and a["nodeid"] == "claims/a.yaml::c-a"
-    assert len(a["samples"]) == 5 and a["reference"]["value"] == "86-98%"
+    # a figure that does not vary between repetitions is exact: one round, its repetitions kept
+    assert a["rounds"] == 1 and a["samples"] == [1.0] and len(a["rep_samples"]) == 5
+    assert a["ci"] == [1.0, 1.0] and a["reference"]["value"] == "86-98%"
     assert by["c-u"]["outcome"] == "unmeasured" and by["c-u"]["reason"] == "engine not installed"
     res = vp.runpytest("--voiceperf", "--voiceperf-strict")
     assert res.ret == 1
@@ -176,8 +178,11 @@ expect: {min: 1.0e8}
     doc = json.loads((vp.path / "o.json").read_text())
     for r in doc["results"]:
         assert r["probes"]
+        assert r["rounds"] >= 3 and len(r["round_values"]) == r["rounds"] and r["ci"][0] <= r["value"] <= r["ci"][1]
         for p in r["probes"].values():
-            assert len(next(iter(p["samples"].values()))) >= 5
+            # samples: one figure per round; each round's repetitions are kept in info
+            assert len(next(iter(p["samples"].values()))) == p["info"]["rounds"] >= 3
+            assert len(next(iter(p["info"]["repetitions"][0].values()))) >= 5
 
 
 def test_python_check_combines_probe_fixture_with_pytest_benchmark(vp):

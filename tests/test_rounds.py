@@ -72,7 +72,7 @@ def test_compare_rounds_outcomes():
 
 
 def test_bonferroni_level_over_figures():
-    a, b = [100.0, 103.0, 97.0], [91.0, 94.0, 88.0]  # about -9%, rounds spread ±3%
+    a, b = [100.0, 103.0, 97.0], [87.0, 90.0, 84.0]  # about -13%, rounds spread ±3%
     one = stats.compare_rounds(a, b, True, 0.05, 0.05, n_figures=1)
     many = stats.compare_rounds(a, b, True, 0.05, 0.05, n_figures=200)
     assert one.verdict == "regressed" and many.verdict == "inconclusive"
