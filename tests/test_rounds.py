@@ -205,3 +205,16 @@ def test_a_round_under_load_is_dropped_and_the_figure_is_disturbed(vp):
     assert base["outcome"] == "passed" and not base["disturbed"]
     rec = base["probes"]["m"]["info"]["round_records"][0]
     assert rec["other_cpu_cores"] < 0.3 and rec["wall_s"] >= 0.4
+
+
+def test_gate_does_not_call_a_bimodal_figure_regressed_on_a_mode_switch():
+    modes = [{"value": 590.0, "n": 1}, {"value": 632.0, "n": 10}]
+    old = _result("a", [632.0] * 10 + [590.0], modes=modes)
+    # ten rounds in the slow mode, one in the fast: the means differ significantly, but the runs
+    # share both modes, so the run merely sat in the other mode more often
+    g = Gate("base.json", {"results": [old]}, tolerance=0.01, alpha=0.05)
+    comps = [c for c in g.check(_result("a", [590.0] * 10 + [633.0])) if c.figure == "metric"]
+    assert [c.verdict for c in comps] == ["inconclusive"] and "bimodal" in comps[0].note
+    g = Gate("base.json", {"results": [old]}, tolerance=0.01, alpha=0.05)
+    comps = [c for c in g.check(_result("a", [300.0, 301.0, 299.0])) if c.figure == "metric"]
+    assert [c.verdict for c in comps] == ["regressed"]  # every round below every baseline round
