@@ -85,7 +85,7 @@ def cmd_compare(args) -> int:
         return 2
     g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures)
     for r in new["results"]:
-        if not isinstance(r, dict) or (r.get("value") is None and not gate._disturbed(r)):
+        if not isinstance(r, dict) or (r.get("value") is None and not r.get("probes") and not gate._disturbed(r)):
             continue
         for c in g.check(r):
             if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed") \

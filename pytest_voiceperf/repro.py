@@ -54,7 +54,7 @@ def gate(old: dict, new: dict, tolerance: float = 0.05, alpha: float = 0.05):
 
     g = Gate("old", old, tolerance=tolerance, alpha=alpha)
     for r in new["results"]:
-        if r.get("value") is not None or _disturbed(r):
+        if r.get("value") is not None or r.get("probes") or _disturbed(r):
             g.check(r)
     return g
 

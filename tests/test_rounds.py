@@ -218,3 +218,25 @@ def test_gate_does_not_call_a_bimodal_figure_regressed_on_a_mode_switch():
     g = Gate("base.json", {"results": [old]}, tolerance=0.01, alpha=0.05)
     comps = [c for c in g.check(_result("a", [300.0, 301.0, 299.0])) if c.figure == "metric"]
     assert [c.verdict for c in comps] == ["regressed"]  # every round below every baseline round
+
+
+def test_repro_counts_flips_false_alarms_and_a_caught_slowdown():
+    from pytest_voiceperf import repro
+
+    def doc(*results):
+        return {"provenance": {}, "results": list(results)}
+
+    a1 = _result("a", [100.0, 101.0, 99.0])
+    b1 = _result("b", [10.0, 10.1, 9.9], outcome="failed")
+    a2 = _result("a", [100.5, 99.5, 100.0])
+    b2 = _result("b", [10.0, 10.1, 9.9], outcome="passed")  # a decided verdict that flipped
+    inc = _result("a", [99.0, 100.0, 101.0], outcome="unmeasured", reason="inconclusive: ...")
+    slow = doc(_result("a", [50.0, 50.5, 49.5]), b2)
+    a = repro.analyze([doc(a1, b1), doc(a2, b2), doc(inc, b2)], slow)
+    assert [n for n, _ in a["flips"]] == ["b"]
+    assert a["counts"][2] == {"inconclusive": 1, "passed": 1}
+    assert all(not p["regressed"] for p in a["false_alarms"])
+    assert [n for n, _ in a["slow"]["regressed"]] == ["a", "a"]  # metric and the probe's figure
+    text = repro.render(a)
+    assert "decided-verdict flips: 1" in text and "FLIP b: failed / passed / passed" in text
+    assert "gate false alarms between runs of the same setup: 0" in text and "CAUGHT a" in text
