@@ -70,8 +70,8 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_min_rounds", "rounds per case before the verdict is decided", default="3")
     parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="8")
     parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="120")
-    parser.addini("voiceperf_disturbed_cpu",
-                  "CPU cores other processes may use during a round before it is disturbed", default="0.25")
+    parser.addini("voiceperf_disturbed_cpu", "CPU cores other processes may use during a round before it is "
+                  "disturbed (default 0.25, or the environment's VOICEPERF_DISTURBED_CPU)", default="")
 
 
 def _enabled(config) -> bool:
@@ -202,7 +202,7 @@ def pytest_sessionstart(session):
         start_timeout=ini_float("voiceperf_start_timeout"),
         ceiling_slack=ini_float("voiceperf_ceiling_slack"),
         round_seconds=ini_float("voiceperf_round_seconds"),
-        disturbed_cpu=ini_float("voiceperf_disturbed_cpu"),
+        disturbed_cpu=_disturbed_cpu(config),
         **_rounds(config),
     )
     worker = getattr(config, "workerinput", {}).get("workerid")
@@ -219,6 +219,14 @@ def pytest_sessionstart(session):
     baseline = config.getoption("voiceperf_baseline")
     if baseline:
         config.stash[STASH_GATE] = _load_gate(config, vs, baseline)
+
+
+def _disturbed_cpu(config) -> float:
+    v = config.getini("voiceperf_disturbed_cpu") or os.environ.get("VOICEPERF_DISTURBED_CPU") or "0.25"
+    try:
+        return float(v)
+    except ValueError:
+        raise pytest.UsageError(f"voiceperf_disturbed_cpu must be a number of CPU cores, got {v!r}") from None
 
 
 def _rounds(config) -> dict:
