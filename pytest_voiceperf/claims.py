@@ -146,6 +146,8 @@ class Rounds(_Strict):
                                                              "(default: ini voiceperf_max_rounds)")
     seconds: Optional[float] = Field(None, gt=0, description="time the added rounds may take "
                                                             "(default: ini voiceperf_round_seconds)")
+    floor: Optional[float] = Field(None, ge=0, le=1, description="the interval is at least the figure ± this "
+                                                                "fraction (run-to-run drift; default: ini voiceperf_noise_floor)")
 
     @model_validator(mode="after")
     def _order(self) -> "Rounds":

@@ -97,6 +97,7 @@ class Options:
     min_rounds: int = 3
     max_rounds: int = 8
     round_seconds: float = 120.0
+    noise_floor: float = 0.02  # the interval is never narrower than ±2% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
 
 
@@ -481,6 +482,11 @@ class Session:
         else:
             ci = stats.interval(values)
             method = stats.CI_METHOD
+            floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
+            if floor:
+                wide = stats.with_floor(ci, value, floor)
+                if wide != ci:
+                    ci, method = wide, method + f", widened to the run-to-run floor ±{floor * 100:g}%"
             md = stats.modes(values) or stats.modes(reps)
             if md is not None:  # never one number with a small spread: the interval covers both modes
                 allv = [x for g in md.groups for x in g]
