@@ -71,7 +71,7 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="8")
     parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="120")
     parser.addini("voiceperf_noise_floor", "the verdict's interval is at least the figure +- this fraction "
-                  "(drift between runs that one run's rounds cannot show)", default="0.02")
+                  "(drift between runs that one run's rounds cannot show)", default="0.01")
     parser.addini("voiceperf_disturbed_cpu", "CPU cores other processes may use during a round before it is "
                   "disturbed (default 0.25, or the environment's VOICEPERF_DISTURBED_CPU)", default="")
 

@@ -97,7 +97,7 @@ class Options:
     min_rounds: int = 3
     max_rounds: int = 8
     round_seconds: float = 120.0
-    noise_floor: float = 0.02  # the interval is never narrower than ±2% of the figure (run-to-run drift)
+    noise_floor: float = 0.01  # the interval is never narrower than ±1% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
 
 
@@ -483,7 +483,7 @@ class Session:
             ci = stats.interval(values)
             method = stats.CI_METHOD
             floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
-            if floor:
+            if floor and (len(set(values)) > 1 or len(set(reps)) > 1):  # an exact ratio of counts has no drift
                 wide = stats.with_floor(ci, value, floor)
                 if wide != ci:
                     ci, method = wide, method + f", widened to the run-to-run floor ±{floor * 100:g}%"
