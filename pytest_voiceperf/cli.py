@@ -83,7 +83,8 @@ def cmd_compare(args) -> int:
         print("refusing to compare runs of different setups: " + "; ".join(bad) +
               " (use --allow-mismatch to compare anyway)", file=sys.stderr)
         return 2
-    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures)
+    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures,
+                  new_provenance=new.get("provenance"))
     for r in new["results"]:
         if not isinstance(r, dict) or (r.get("value") is None and not r.get("probes") and not gate._disturbed(r)):
             continue

@@ -97,8 +97,22 @@ def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | No
     return out
 
 
+def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
+    """Probe calls whose ceiling, measured again at the end of the run, moved beyond the tolerance:
+    probe key -> why. The machine changed state during that run (seen on the H200: bf16 matmul
+    643 TFLOP/s in a run's rounds, +9% when re-measured 5 s later), so its figures cannot be gated."""
+    out = {}
+    for c in (provenance or {}).get("ceilings_end") or []:
+        ch = c.get("change")
+        if ch is not None and abs(ch) > tolerance:
+            key = f"{c['probe']}{json.dumps(c.get('args'), sort_keys=True, default=str)}"
+            out[key] = f"{c['probe']} {c.get('args') or ''} moved {ch * 100:+.1f}% when measured again at the end of the run"
+    return out
+
+
 def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figures: int = 1,
-                   all_figures: bool = False, seen: set | None = None) -> list[Comparison]:
+                   all_figures: bool = False, seen: set | None = None,
+                   drift_old: dict | None = None, drift_new: dict | None = None) -> list[Comparison]:
     out = []
     tol = new.get("tolerance") if new.get("tolerance") is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
@@ -116,6 +130,12 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   f"disturbed: {side} measured it on a disturbed machine"))
             continue
+        drift = [f"{side}: {d[k]}" for side, d in (("baseline", drift_old), ("this run", drift_new)) if d
+                 for k in _probe_keys(new) if k in d]
+        if drift:
+            out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
+                                  "disturbed: " + "; ".join(dict.fromkeys(drift))))
+            continue
         rc = compare_rounds(of[2], rounds_new, hib, tol, alpha, n_figures)
         if rc.verdict == "regressed" and (old.get("modes") or new.get("modes")):
             # a bimodal figure: one run may simply have sat in the other mode. Regressed only when
@@ -129,6 +149,11 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
                               list(rc.ci) if rc.ci else None, rc.verdict, hib, rc.note,
                               [rc.n_old, rc.n_new], rc.level))
     return out
+
+
+def _probe_keys(result: dict) -> list[str]:
+    return [f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}"
+            for p in (result.get("probes") or {}).values()]
 
 
 def _rel(old: float, new: float) -> float:
@@ -164,6 +189,7 @@ class Gate:
     tolerance: float
     alpha: float
     all_figures: bool = False
+    new_provenance: dict | None = None  # this run's, when known (compare); the baseline's is in the file
     by_nodeid: dict = field(default_factory=dict)
     seen: list = field(default_factory=list)  # (nodeid, [Comparison])
     figure_keys: set = field(default_factory=set)
@@ -178,13 +204,15 @@ class Gate:
                 if len(rounds) >= MIN_ROUNDS_GATE:
                     keys.add(key or (r["nodeid"], name))
         self.n_figures = max(1, len(keys))
+        self.drift_old = drifted(self.baseline.get("provenance"), self.tolerance)
+        self.drift_new = drifted(self.new_provenance, self.tolerance)
 
     def check(self, result: dict) -> list[Comparison]:
         old = self.by_nodeid.get(result["nodeid"])
         if old is None or (not old.get("probes") and not _disturbed(result)):
             return []
         comps = compare_result(old, result, self.tolerance, self.alpha, self.n_figures, self.all_figures,
-                               self.figure_keys)
+                               self.figure_keys, self.drift_old, self.drift_new)
         if not comps and _disturbed(result) and old.get("value") is not None:
             comps = [Comparison("metric", old["value"], math.nan, math.nan, None, "untestable",
                                 bool(old.get("higher_is_better", True)),

@@ -52,7 +52,7 @@ def counts(doc: dict) -> dict[str, int]:
 def gate(old: dict, new: dict, tolerance: float = 0.05, alpha: float = 0.05):
     from .gate import Gate, _disturbed
 
-    g = Gate("old", old, tolerance=tolerance, alpha=alpha)
+    g = Gate("old", old, tolerance=tolerance, alpha=alpha, new_provenance=new.get("provenance"))
     for r in new["results"]:
         if r.get("value") is not None or r.get("probes") or _disturbed(r):
             g.check(r)

@@ -240,3 +240,16 @@ def test_repro_counts_flips_false_alarms_and_a_caught_slowdown():
     text = repro.render(a)
     assert "decided-verdict flips: 1" in text and "FLIP b: failed / passed / passed" in text
     assert "gate false alarms between runs of the same setup: 0" in text and "CAUGHT a" in text
+
+
+def test_gate_does_not_compare_figures_of_a_ceiling_that_drifted_during_the_run():
+    old = _result("a", [100.0, 101.0, 99.0])
+    new = _result("a", [80.0, 80.5, 79.5])
+    drift = {"ceilings_end": [{"probe": "t.const", "args": {"x": 1}, "change": 0.11}]}
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05, new_provenance=drift)
+    comps = g.check(new)
+    assert comps and all(c.verdict == "untestable" for c in comps)
+    assert "this run: t.const {'x': 1} moved +11.0% when measured again at the end of the run" in comps[0].note
+    still = {"ceilings_end": [{"probe": "t.const", "args": {"x": 1}, "change": 0.01}]}
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05, new_provenance=still)
+    assert [c.verdict for c in g.check(new)] == ["regressed", "regressed"]
