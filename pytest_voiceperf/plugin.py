@@ -68,8 +68,8 @@ def pytest_addoption(parser):
                 help="the baseline gate compares every probe output with a direction, not only the metric and "
                      "each probe's primary figure")
     parser.addini("voiceperf_min_rounds", "rounds per case before the verdict is decided", default="3")
-    parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="8")
-    parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="120")
+    parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="6")
+    parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="60")
     parser.addini("voiceperf_noise_floor", "the verdict's interval is at least the figure +- this fraction "
                   "(drift between runs that one run's rounds cannot show)", default="0.01")
     parser.addini("voiceperf_disturbed_cpu", "CPU cores other processes may use during a round before it is "

@@ -95,8 +95,8 @@ class Options:
     ceiling_slack: float = 0.03
     max_live_engines: int = 1
     min_rounds: int = 3
-    max_rounds: int = 8
-    round_seconds: float = 120.0
+    max_rounds: int = 6
+    round_seconds: float = 60.0
     noise_floor: float = 0.01  # the interval is never narrower than ±1% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
 
