@@ -483,7 +483,9 @@ class Session:
             ci = stats.interval(values)
             method = stats.CI_METHOD
             floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
-            if floor and (len(set(values)) > 1 or len(set(reps)) > 1):  # an exact ratio of counts has no drift
+            if len(set(values)) == 1 and len(set(reps)) <= 1:
+                method = f"exact: the figure did not vary over {len(values)} rounds"
+            elif floor:  # an exact ratio of counts has no drift; a timed figure does
                 wide = stats.with_floor(ci, value, floor)
                 if wide != ci:
                     ci, method = wide, method + f", widened to the run-to-run floor ±{floor * 100:g}%"
@@ -647,12 +649,12 @@ class Probed:
 
     @property
     def deterministic(self) -> bool:
-        """No figure varies between repetitions (a count or a datasheet figure): one round is enough."""
+        """A probe without samples (a count, a datasheet figure, a fit of other probes' medians):
+        one round stands for every round. Identical repetitions do not make a probe exact (all 16
+        requests of one batch end together and report the same tok/s), so they still take rounds."""
         if not self.rounds:
             return False
-        s = self.rounds[0].samples
-        lists = [v for v in s.values() if v]
-        return not lists or all(len(v) >= 2 and max(v) == min(v) for v in lists)
+        return not any(v for v in self.rounds[0].samples.values())
 
     def best(self, out: str) -> float:
         return max(m.values[out] for m in self.rounds)

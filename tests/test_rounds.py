@@ -171,11 +171,18 @@ def test_bimodal_rounds_are_reported_as_modes_never_one_number(vp):
     assert "bimodal: 474 (2) / 632 (2)" in res.stdout.str()
 
 
-def test_deterministic_figures_take_one_round(vp):
+def test_figures_without_variation_are_exact_and_probes_without_samples_take_one_round(vp):
     write(vp, "d.yaml", claim("c-d", expect="{equals: 1.0}", measure="m: {probe: t.const, x: 1.0}"))
-    vp.runpytest("--voiceperf", "--voiceperf-json", "o.json").assert_outcomes(passed=1)
-    r = results(vp)["c-d"]
-    assert r["rounds"] == 1 and r["ci"] == [1.0, 1.0] and r["ci_method"].startswith("exact")
+    write(vp, "s.yaml", claim("c-s", expect="{min: 1.0e9}", metric="spec.mem_bw",
+                              measure="spec: hw.datasheet", extra="requires: [cpu]\n"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "o.json", "--voiceperf-spec", "mem_bw=2e9",
+                 "--voiceperf-device", "cpu").assert_outcomes(passed=2)
+    r = results(vp)
+    # identical repetitions do not make a probe exact (one batch's requests end together): it
+    # takes its rounds, and a figure that never varied has a point interval with no drift floor
+    assert r["c-d"]["rounds"] == 3 and r["c-d"]["ci"] == [1.0, 1.0] and r["c-d"]["ci_method"].startswith("exact")
+    # a probe without samples (a datasheet figure, a count) is measured once
+    assert r["c-s"]["rounds"] == 1 and r["c-s"]["ci"] == [2e9, 2e9]
 
 
 def _hog():
