@@ -18,6 +18,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
+# an in-process probe's own engine workers: never tolerated above this, whatever the limit for
+# other processes (a busy-polling vLLM worker cut a CPU GEMM ceiling 3.5x)
+ENGINE_LIMIT = 0.25
+
 # NVML clock-event reasons (nvmlClocksEventReason*)
 REASONS = {0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPowerCap", 0x8: "HwSlowdown",
            0x10: "SyncBoost", 0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown", 0x80: "HwPowerBrakeSlowdown",
@@ -173,6 +177,7 @@ class Watch:
         causes: list[str] = []
         if self.ok:
             ours = {os.getpid()} if self.own_only else _our_pids()
+            engines = _our_pids() - {os.getpid()} if self.own_only else set()
             cpu1 = _cpu_by_pid()
             others: list[tuple[float, int, str]] = []
             for pid, (t1, name) in cpu1.items():
@@ -184,6 +189,10 @@ class Watch:
                     others.append((d, pid, name))
             other = sum(d for d, _, _ in others)
             rec["other_cpu_cores"] = round(other / wall, 3)
+            own_engines = sum(d for d, pid, _ in others if pid in engines)
+            if own_engines / wall > min(self.cpu_limit, ENGINE_LIMIT) and other / wall <= self.cpu_limit:
+                causes.append(f"this session's engine workers used {own_engines / wall:.2f} CPU cores beside "
+                              f"an in-process probe (limit {min(self.cpu_limit, ENGINE_LIMIT):g})")
             top = sorted(others, reverse=True)[:3]
             rec["other_top"] = [f"{name}[{pid}] {d / wall:.2f}" for d, pid, name in top if d / wall >= 0.01]
             if other / wall > self.cpu_limit:

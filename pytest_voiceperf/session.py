@@ -267,12 +267,13 @@ class Session:
         return spec.name.startswith("pipeline.")
 
     def _take_round(self, spec, pr: "Probed", ctx: ProbeContext) -> None:
-        from .disturbance import Watch, wait_quiet
+        from .disturbance import ENGINE_LIMIT, Watch, wait_quiet
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         pr.attempts += 1
         own_only = spec.engine is None and not self._nested_engine(spec)
-        waited = wait_quiet(self.options.disturbed_cpu) if own_only and self.engines.started else 0.0
+        waited = (wait_quiet(min(self.options.disturbed_cpu, ENGINE_LIMIT)) if own_only and self.engines.started
+                  else 0.0)
         watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda", own_only=own_only).start()
         try:
             m = spec(rctx, **pr.args)

@@ -9,10 +9,13 @@ def pytest_configure(config):
     config.option.runpytest = "subprocess"
 
 
-@pytest.fixture(autouse=True)
-def _claims_tolerate_a_busy_machine(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def _claims_tolerate_a_busy_machine():
     # the claims these tests run must not turn "disturbed" because the developer's machine is busy
     # (an editor, a build, another test run): their rounds are judged against 4 cores of other
     # load unless a test sets voiceperf_disturbed_cpu itself (tests/test_rounds.py does, with a real
-    # load). A fixture, not a session hook: `pytest --voiceperf` loads this conftest too (testpaths).
-    monkeypatch.setenv("VOICEPERF_DISTURBED_CPU", "4")
+    # load). Session-scoped so module fixtures that run claims see it too; a fixture, not a session
+    # hook, because `pytest --voiceperf` loads this conftest as well (testpaths).
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VOICEPERF_DISTURBED_CPU", "4")
+        yield

@@ -157,7 +157,9 @@ def test_synthesis_probe(voxcpm_session):
     assert info["audio_s"] == pytest.approx([0.32, 0.64, 0.96, 1.28, 1.6])  # exactly 7,680 samples per patch
     assert v["slope"] > 0 and 0 <= v["r2"] <= 1 and 0 <= v["r2_best"] <= 1
     assert v["rtf"] > 0 and v["peak_mem_bytes"] > 0 and v["max_spread"] >= 0
-    assert len(p["samples"]["slope"]) == 2 and all(len(t) == 2 for t in info["times_s"])
+    # samples: one slope per round; each round's 2 repetitions are kept in info
+    assert len(p["samples"]["slope"]) == info["rounds"] >= 3 and all(len(t) == 2 for t in info["times_s"])
+    assert all(len(rep["slope"]) == 2 for rep in info["repetitions"])
     assert info["dummy"] is True and info["engine"] == "voxcpm" and info["params"] > 1e6
     assert info["torchaudio"] == "real" or info["torchaudio"].startswith("stub")
     assert info["versions"]["voxcpm"]
