@@ -172,8 +172,11 @@ class Watch:
         return self
 
     def stop(self) -> dict:
-        wall = max(1e-6, time.monotonic() - self.t0)
-        rec: dict = {"wall_s": round(wall, 3)}
+        elapsed = time.monotonic() - self.t0
+        rec: dict = {"wall_s": round(elapsed, 3)}
+        # CPU times come in clock ticks (10 ms): over a round of microseconds one tick of a process
+        # that just started reads as hundreds of cores. Loads are averaged over at least 0.5 s.
+        wall = max(elapsed, 0.5)
         causes: list[str] = []
         if self.ok:
             ours = {os.getpid()} if self.own_only else _our_pids()
