@@ -481,7 +481,8 @@ def voiceperf(request):
     vs = get_session(request.config)
     if vs is None:
         state = request.config.stash.get(STASH_STATE, None) or State(request.config)
-        vs = Session(Options(device=request.config.getoption("voiceperf_device")), state.registry,
+        vs = Session(Options(device=request.config.getoption("voiceperf_device"),
+                             disturbed_cpu=_disturbed_cpu(request.config)), state.registry,
                      request.config.rootpath)
         request.addfinalizer(vs.close)
     import time

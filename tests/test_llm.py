@@ -207,7 +207,8 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert all(len(rep["tok_s"]) == 3 for rep in info["repetitions"])
     rl = by["t-decode-roofline"]
     assert rl["outcome"] == "passed" and 0 < rl["value"] <= 1.0
-    assert rl["probes"]["d"]["info"]["ceilings"]["read_bw"]["ratio"] == pytest.approx(rl["value"], rel=0.05)
+    # info is the last round's: its ceiling check matches that round's figure (against the best ceiling round)
+    assert rl["probes"]["d"]["info"]["ceilings"]["read_bw"]["ratio"] == pytest.approx(rl["round_values"][-1], rel=0.1)
     prov = doc["provenance"]
     assert any(e["family"] == "vllm" for e in prov["engines"])
     res.stdout.fnmatch_lines(["*PASS*t-decode-agrees*"])
