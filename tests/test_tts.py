@@ -177,7 +177,8 @@ def test_steps_probe(voxcpm_session):
     assert v["per_step_s"] > 0 and v["proportional_speedup"] == 4
     # values are medians over rounds; info is the last round's, whose figure is the last sample
     assert r["probes"]["st"]["samples"]["patch_s_ref"][-1] == pytest.approx(info["patch_s"]["8"])
-    assert v["fixed_share"] == pytest.approx(v["fixed_s"] / v["patch_s_ref"])
+    s = r["probes"]["st"]["samples"]  # per round: each round's share is its own ratio
+    assert all(f == pytest.approx(a / b) for f, a, b in zip(s["fixed_share"], s["fixed_s"], s["patch_s_ref"]))
     assert info["diffusion_calls_per_patch"] == {"2": 1, "4": 3, "8": 7}
 
 
