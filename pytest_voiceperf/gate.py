@@ -28,7 +28,6 @@ from .stats import MIN_ROUNDS_GATE, compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
 LOWER = ("s", "ms", "rtf", "RTF")
-DECIDING = ("regressed", "unchanged", "inconclusive", "improved")
 
 
 @dataclass

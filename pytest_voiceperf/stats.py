@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 CI_METHOD = "Student-t 95% interval of the mean of the round figures"
 
@@ -109,7 +109,6 @@ class RoundComparison:
     level: float = 0.05
     n_old: int = 0
     n_new: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 MIN_ROUNDS_GATE = 3

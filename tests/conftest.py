@@ -19,3 +19,13 @@ def _claims_tolerate_a_busy_machine():
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VOICEPERF_DISTURBED_CPU", "4")
         yield
+
+
+@pytest.fixture
+def vp(pytester):
+    """A pytester project with the deterministic t.const probe and an empty claims folder."""
+    from helpers import CONST_PROBE
+
+    pytester.makeconftest(CONST_PROBE)
+    pytester.mkdir("claims")
+    return pytester

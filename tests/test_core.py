@@ -2,14 +2,7 @@
 import json
 
 import pytest
-from helpers import CONST_PROBE, claim
-
-
-@pytest.fixture
-def vp(pytester):
-    pytester.makeconftest(CONST_PROBE)
-    pytester.mkdir("claims")
-    return pytester
+from helpers import claim
 
 
 def write(p, name, text):

@@ -4,14 +4,7 @@ import sys
 import re
 
 import pytest
-from helpers import CONST_PROBE, claim
-
-
-@pytest.fixture
-def vp(pytester):
-    pytester.makeconftest(CONST_PROBE)
-    pytester.mkdir("claims")
-    return pytester
+from helpers import claim
 
 
 def set_claims(p, x_a, x_b=1.0, seed=0, jitter=0.01):

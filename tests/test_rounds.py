@@ -5,17 +5,10 @@ import sys
 import time
 
 import pytest
-from helpers import CONST_PROBE, claim
+from helpers import claim
 
 from pytest_voiceperf import stats
 from pytest_voiceperf.gate import Gate
-
-
-@pytest.fixture
-def vp(pytester):
-    pytester.makeconftest(CONST_PROBE)
-    pytester.mkdir("claims")
-    return pytester
 
 
 def write(p, name, text):
