@@ -3,7 +3,6 @@ import json
 import sys
 import re
 
-import pytest
 from helpers import claim
 
 
