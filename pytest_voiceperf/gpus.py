@@ -74,6 +74,9 @@ class _Controller:
         engines = getattr(node, "workeroutput", {}).get("voiceperf_engines")
         if vs is not None and engines:
             vs.engines.started.extend(engines)
+        tm = getattr(node, "workeroutput", {}).get("voiceperf_timing")
+        if vs is not None and tm:
+            vs.worker_timing.append(tm)
 
 
 def bind_worker(config) -> None:

@@ -108,6 +108,8 @@ class State:
         data = getattr(report, "voiceperf", None)
         if data is not None and report.when == "call":
             self.results[report.nodeid] = data
+            if not hasattr(self.config, "workerinput"):
+                _write_results(self.config, complete=False)  # a run stopped at any point keeps what it measured
 
     @property
     def registry(self):
@@ -425,6 +427,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from .report import terminal_table
 
     terminal_table(terminalreporter, list(state.results.values()), config)
+    vs = get_session(config)
+    if vs is not None and config.get_verbosity() >= 0:
+        from .timing import table_lines
+
+        terminalreporter.write_sep("-", "voiceperf: where the time went")
+        for line in table_lines(vs.provenance()["timing"]):
+            terminalreporter.write_line(line)
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
         gate.summary(terminalreporter)
@@ -440,37 +449,56 @@ def pytest_sessionfinish(session, exitstatus):
     if not _enabled(config):
         return
     vs = get_session(config)
+    interrupted = int(exitstatus) == pytest.ExitCode.INTERRUPTED
     if vs is not None:
-        if int(exitstatus) != pytest.ExitCode.INTERRUPTED:
+        if not interrupted:
             vs.recheck_ceilings()
-        vs.close()
+        vs.end()
     if hasattr(config, "workerinput"):
         # the xdist controller writes the one results file; it learns this worker's engines here
-        if vs is not None and hasattr(config, "workeroutput"):
-            gpu = config.workerinput.get("voiceperf_gpu")
-            config.workeroutput["voiceperf_engines"] = [
-                dict(e, worker=config.workerinput.get("workerid"), gpu=gpu) for e in vs.engines.started]
+        if vs is not None:
+            vs.close(interrupted=interrupted)
+            if hasattr(config, "workeroutput"):
+                gpu = config.workerinput.get("voiceperf_gpu")
+                config.workeroutput["voiceperf_engines"] = [
+                    dict(e, worker=config.workerinput.get("workerid"), gpu=gpu) for e in vs.engines.started]
+                config.workeroutput["voiceperf_timing"] = vs.timing.to_json()
         return
-    state = config.stash.get(STASH_STATE, None)
-    if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
-        return
-    from . import results
-
-    vs.complete = int(exitstatus) != pytest.ExitCode.INTERRUPTED
-    doc = results.document(vs, _kept(config, state) + list(state.results.values()), config)
-    if _resumed(config):
-        doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
-    path = config.getoption("voiceperf_json")
-    if path:
-        results.write(path, doc)
+    # the results file first, then the engines: a busy engine must not delay (or, killed with the
+    # run, lose) what was measured
+    doc = _write_results(config, complete=not interrupted)
+    if vs is not None:
+        vs.close(interrupted=interrupted)
     save = config.getoption("voiceperf_save")
-    if save and vs.complete:
+    if save and doc is not None and doc["provenance"]["complete"]:
         from .storage import save_run
 
         saved = save_run(doc, config.rootpath, save)
         tr = config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             tr.write_line(f"voiceperf: saved baseline {saved}")
+
+
+def _write_results(config, complete: bool) -> dict | None:
+    """The results document; written to --voiceperf-json (PATH.partial while the run is not complete;
+    a complete run removes the partial file it wrote on the way)."""
+    state = config.stash.get(STASH_STATE, None)
+    vs = get_session(config)
+    if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
+        return None
+    from . import results
+
+    vs.complete = complete
+    doc = results.document(vs, _kept(config, state) + list(state.results.values()), config)
+    if _resumed(config):
+        doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
+    path = config.getoption("voiceperf_json")
+    if path:
+        results.write(path, doc)
+        partial = Path(str(path) + ".partial")
+        if complete and partial.exists():
+            partial.unlink()
+    return doc
 
 
 @pytest.fixture(scope="session")

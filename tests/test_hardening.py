@@ -15,11 +15,11 @@ ENGINE_PROBE = textwrap.dedent('''
 
     @probe("t.engine", outputs={"value": "", "pid": ""}, engine="selftest")
     def eng(ctx, model: str = "a", method: str = "echo", value: float = 1.0, seconds: float = 0.0,
-            mib: int = 0, start_sleep: float = 0.0):
+            mib: int = 0, start_sleep: float = 0.0, warmup_s: float = 0.0, work_s: float = 0.0):
         spec = {"model": model}
         if start_sleep:
             spec["start_sleep"] = start_sleep
-        kw = {"echo": {"value": value}, "hang": {"seconds": seconds}, "fill": {"mib": mib},
+        kw = {"echo": {"value": value, "warmup_s": warmup_s, "work_s": work_s}, "hang": {"seconds": seconds}, "fill": {"mib": mib},
               "oom": {"gib": 4096.0}}.get(method, {})
         if method == "fill_then_oom":
             ctx.call("selftest", spec, "fill", mib=mib)
@@ -165,6 +165,62 @@ def test_interrupted_run_keeps_previous_results_and_marks_the_partial_one(vp):
     assert code == -signal.SIGKILL
     assert (vp.path / "out.json").read_text() == before
     assert not list(vp.path.glob(".out.json.*.tmp"))
+
+
+@pytest.mark.parametrize("busy", ["starting", "measuring"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_run_keeps_what_it_measured_and_leaves_no_engine(vp, busy, sig):
+    """SIGINT while an engine is busy (starting, or inside a call): pytest is gone within 5 s and the
+    partial results file holds the finished case; SIGKILL: the partial file written after each case is
+    there, and the orphaned engine worker ends itself (its whole process group) within seconds."""
+    import psutil
+
+    (vp.path / "claims/a.yaml").write_text(claim("first", "method: echo, value: 1.0"))
+    args = "model: b, start_sleep: 600" if busy == "starting" else "model: b, method: hang, seconds: 600"
+    (vp.path / "claims/b.yaml").write_text(claim("busy", args))
+    cmd = [sys.executable, "-m", "pytest", "--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:cacheprovider"]
+    log = open(vp.path / "run.log", "w")
+    proc = subprocess.Popen(cmd, cwd=vp.path, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    deadline = time.time() + 90
+    while time.time() < deadline and "starting engine selftest (b)" not in (vp.path / "run.log").read_text():
+        time.sleep(0.2)
+    time.sleep(1.5)
+    workers = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    assert workers, (vp.path / "run.log").read_text()
+    t0 = time.time()
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    stopped = time.time() - t0
+    log.close()
+    out = (vp.path / "run.log").read_text()
+    partial = json.loads((vp.path / "out.json.partial").read_text())
+    assert partial["provenance"]["complete"] is False
+    assert [r["claim"] for r in partial["results"]] == ["first"], out
+    if sig == signal.SIGINT:
+        assert proc.returncode == 2 and stopped < 5.0, (stopped, out)
+    deadline = time.time() + 5
+    while time.time() < deadline and any(_alive(p) for p in workers):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in workers), [p for p in workers if _alive(p)]
+
+
+def test_the_run_says_where_its_time_went(vp):
+    """provenance.timing: every second in one phase (engine start, warm-up, measuring, ...); the
+    phases add up to the wall time; per engine instance; a table at the end of the terminal output."""
+    (vp.path / "claims/a.yaml").write_text(claim("timed", "start_sleep: 1.0, warmup_s: 0.4, work_s: 0.3"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "out.json", "--voiceperf-rounds", "3:3")
+    res.assert_outcomes(passed=1)
+    doc = json.loads((vp.path / "out.json").read_text())
+    tm, n = doc["provenance"]["timing"], doc["results"][0]["probes"]["e"]["info"]["rounds"]
+    ph = tm["by_phase"]
+    assert ph["engine start"] >= 1.0  # one start (rounds reuse the engine)
+    assert ph["warm-up"] == pytest.approx(n * 0.4, abs=0.25)  # reported by the engine, once per call
+    assert ph["measuring"] == pytest.approx(n * 0.3, abs=0.4)
+    assert sum(ph.values()) == pytest.approx(tm["wall_s"], abs=0.05)
+    rows = {(r["phase"], r["engine"]): r["seconds"] for r in tm["rows"]}
+    assert rows[("engine start", "selftest a")] >= 1.0
+    res.stdout.fnmatch_lines(["*voiceperf: where the time went*", "phase*seconds*share*", "engine start*",
+                              "engine*start*warm-up*measuring*", "selftest a*", "wall *"])
 
 
 def test_resume_finishes_an_interrupted_run_without_measuring_again(vp):

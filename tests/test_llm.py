@@ -230,12 +230,15 @@ def test_prefill_vllm_flops(pytester):
     v = r["probes"]["p"]["values"]
     nonemb = models.qwen3_param_counts(models.get(TINY).config)["non_embedding"]
     assert v["flops"] == pytest.approx(2 * nonemb * v["tok_s"])
-    assert r["probes"]["p"]["info"]["prefix_caching"] is False
+    # the engine runs with prefix caching on (one engine per model serves every claim); the figure is
+    # honest because vLLM says none of the prompt tokens came from its cache
+    assert r["probes"]["p"]["info"]["prefix_caching"] is True
+    assert v["cached_tokens"] == 0
 
 
 @needs_vllm
 def test_prefix_cache_trap_is_invalid(pytester):
-    res, by, _ = _shared(pytester)
+    res, by, doc = _shared(pytester)
     honest, cached = by["t-trap[off-8000]"], by["t-trap[on-8000]"]
     assert honest["outcome"] == "passed", honest["reason"]
     assert honest["probes"]["p"]["values"]["cached_tokens"] == 0
@@ -251,6 +254,10 @@ def test_prefix_cache_trap_is_invalid(pytester):
     assert short["outcome"] == "unmeasured"
     assert short["reason"].startswith("measurement invalid: llm.prefill: the engine served")
     assert "prefix cache (vLLM num_cached_tokens)" in short["reason"] and "below that ceiling" in short["reason"]
+    # one vLLM engine served the honest prefill, the cache trap and the decodes of the tiny model
+    vllm_tiny = [e for e in doc["provenance"]["engines"] if e["family"] == "vllm" and e["spec"]["model"] == TINY]
+    assert len(vllm_tiny) == 1, [e["spec"] for e in vllm_tiny]
+    assert vllm_tiny[0]["info"]["prefix_caching"] is True
 
 
 @needs_vllm

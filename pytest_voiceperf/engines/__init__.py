@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import timing as _timing
 from ..probes import EngineError, Unmeasured
 
 
@@ -69,6 +70,16 @@ def check_available(family: str) -> None:
             raise Unmeasured(f"engine {family} not installed (no module {mod!r}): {fam.install}")
 
 
+def label(family: str, spec: dict) -> str:
+    """A short name of an engine instance for tables: family, model and the settings that split it."""
+    parts = [family, str(spec.get("model", ""))]
+    for k in ("dtype", "quantization", "quant", "tp"):
+        v = spec.get(k)
+        if v not in (None, "", 1) and not (k == "tp" and v == 1):
+            parts.append(str(v))
+    return " ".join(p for p in parts if p)
+
+
 def _tail(path: Path, lines: int = 25) -> str:
     try:
         data = path.read_bytes()[-16000:].decode("utf-8", "replace")
@@ -81,10 +92,13 @@ class EngineProcess:
     """One engine worker. Not thread-safe; one call at a time."""
 
     def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
-                 env: dict | None = None, progress: Callable[[str], None] | None = None):
+                 env: dict | None = None, progress: Callable[[str], None] | None = None,
+                 timing: _timing.Timing | None = None, on_spawn: Callable[["EngineProcess"], None] | None = None):
         self.family = family
         self.spec = spec
         self.progress = progress or (lambda msg: None)
+        self.timing = timing or _timing.Timing()
+        self.label = label(family, spec)
         self.log_path = Path(tempfile.mkstemp(prefix=f"{family}-", suffix=".log", dir=log_dir)[1])
         self._log = open(self.log_path, "ab")
         penv = dict(os.environ)
@@ -97,13 +111,23 @@ class EngineProcess:
         )
         self._buf = b""
         self.info: dict = {}
+        self.last_warmup_s = 0.0
+        if on_spawn is not None:  # the pool can kill an engine still starting (an interrupted run)
+            on_spawn(self)
         t0 = time.perf_counter()
-        self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
+        with self.timing.phase(_timing.ENGINE_START, self.label):
+            self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
         self.info.setdefault("start_s", time.perf_counter() - t0)
+        if self.last_warmup_s:
+            self.info.setdefault("start_warmup_s", round(self.last_warmup_s, 2))
 
     # -- protocol -----------------------------------------------------------------------
     def call(self, method: str, timeout: float, **kwargs) -> dict:
-        return self._request({"op": "call", "method": method, "kwargs": kwargs}, timeout=timeout, what=method)
+        with self.timing.phase(_timing.MEASURING, self.label):
+            out = self._request({"op": "call", "method": method, "kwargs": kwargs}, timeout=timeout, what=method)
+        # the engine says how much of the call was warm-up
+        self.timing.move(_timing.MEASURING, _timing.WARMUP, self.label, self.last_warmup_s)
+        return out
 
     def _request(self, msg: dict, timeout: float, what: str) -> dict:
         if self.proc.poll() is not None:
@@ -125,6 +149,7 @@ class EngineProcess:
                 if "progress" in reply:
                     self.progress(str(reply["progress"]))
                     continue
+                self.last_warmup_s = float(reply.get("warmup_s") or 0.0)
                 if reply.get("ok"):
                     return reply.get("result") or {}
                 kind = reply.get("kind", "error")
@@ -207,7 +232,10 @@ class EnginePool:
     closed to make room. A dead engine is dropped so the next claim gets a fresh one.
     """
 
-    def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None):
+    def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None,
+                 timing: _timing.Timing | None = None):
+        self.timing = timing or _timing.Timing()
+        self._starting: EngineProcess | None = None
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.start_timeout = start_timeout
@@ -235,8 +263,16 @@ class EnginePool:
             self._live.pop(old_key).close()
         if self.progress:
             self.progress(f"starting engine {family} ({spec.get('model', '')})")
-        eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
-                            env=env, progress=self.progress)
+        try:
+            eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
+                                env=env, progress=self.progress, timing=self.timing,
+                                on_spawn=lambda e: setattr(self, "_starting", e))
+        except BaseException:  # a start cut short (Ctrl-C, a failure) leaves no process behind
+            if self._starting is not None:
+                self._starting.kill()
+            raise
+        finally:
+            self._starting = None
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
         return eng
@@ -247,7 +283,9 @@ class EnginePool:
             if v is eng:
                 self._live.pop(k)
 
-    def close_all(self) -> None:
-        for eng in self._live.values():
-            eng.close()
+    def close_all(self, interrupted: bool = False) -> None:
+        """Stop every engine. An interrupted run kills them at once (a busy engine would finish its
+        call before it read the stop)."""
+        for eng in list(self._live.values()):
+            eng.kill() if interrupted else eng.close()
         self._live.clear()

@@ -24,7 +24,7 @@ import time
 
 from ..probes import Unmeasured
 from . import llm_common as common
-from .worker import progress
+from .worker import note_warmup, progress, warming
 
 
 class _Stamps:
@@ -96,7 +96,8 @@ class Engine:
         else:
             gc.disable_compile = True
         t1 = time.perf_counter()
-        self._generate(common.random_prompts(1, 16, self.vocab, 1), 8)
+        with warming():
+            self._generate(common.random_prompts(1, 16, self.vocab, 1), 8)
         self.warmup_s = time.perf_counter() - t1
         # what really ran: transformers keeps the compiled forward on the model once it compiled one
         self.compiled = hasattr(self.model, "_compiled_call")
@@ -153,8 +154,9 @@ class Engine:
 
     def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
         tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
-        for _ in range(int(warmup)):
-            self._generate(common.random_prompts(batch, prompt_len, self.vocab, self._next()), tokens)
+        with warming():
+            for _ in range(int(warmup)):
+                self._generate(common.random_prompts(batch, prompt_len, self.vocab, self._next()), tokens)
         eng, wall, total, e2e, ttft, gen = [], [], [], [], [], []
         for i in range(reps):
             progress(f"transformers decode {tokens} tokens x {batch}, rep {i + 1}/{reps}")
@@ -181,6 +183,7 @@ class Engine:
             r = self._generate(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab,
                                                                                 self._next()), 1)
             if i < int(warmup):
+                note_warmup(r["t_return"] - r["t_call"])
                 continue
             s = r["stamps"]
             eng.append(prompt_len / (s[1] - s[0]))

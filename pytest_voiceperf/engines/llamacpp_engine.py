@@ -18,7 +18,7 @@ import time
 
 from ..probes import Unmeasured
 from . import llm_common as common
-from .worker import progress
+from .worker import note_warmup, progress, warming
 
 GGUF_CACHE = os.path.join(tempfile.gettempdir(), "voiceperf-gguf")
 
@@ -175,7 +175,8 @@ class Engine:
         self.kv_per_token = (2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * cfg["head_dim"] * 2
                              if cfg else None)  # f16 KV cache (llama.cpp default)
         self._seed = 5000 + seed
-        self.decode(tokens=4, reps=1, prompt_len=8, warmup=0)
+        with warming():
+            self.decode(tokens=4, reps=1, prompt_len=8, warmup=0)
 
     def info(self) -> dict:
         n = self.config and common.models.qwen3_param_counts(self.config)
@@ -230,6 +231,7 @@ class Engine:
             n_dec = n1 - n0
             common.check_count(n_dec + 1, tokens)
             if i < int(warmup):
+                note_warmup(t_last - t0)
                 continue
             eng.append(n_dec / ((e1 - e0) / 1000.0))
             wall.append((tokens - 1) / (t_last - t_first))
@@ -257,6 +259,7 @@ class Engine:
             t1 = time.perf_counter()
             _, _, pe, pn = self._perf()
             if i < int(warmup):
+                note_warmup(t1 - t0)
                 continue
             eng.append(prompt_len / (pe / 1000.0) if pe > 0 else float("inf"))
             wall.append(prompt_len / (t1 - t0))

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 from ..probes import Unmeasured
-from .worker import progress
+from .worker import progress, warming
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, then it runs back home to rest."
 
@@ -216,7 +216,8 @@ class Engine:
 
     def synthesis(self, frames: int = 40, reps: int = 3, use_cfg: bool = True) -> dict:
         progress(f"magpie: warm-up at {frames} codec frames")
-        self._run(frames, use_cfg)
+        with warming():
+            self._run(frames, use_cfg)
         runs = []
         for r in range(int(reps)):
             progress(f"magpie: run {r + 1}/{reps} at {frames} codec frames")

@@ -28,7 +28,7 @@ import time
 import unicodedata
 from pathlib import Path
 
-from .worker import progress
+from .worker import progress, warming
 
 ASSET = Path(__file__).resolve().parent.parent / "assets" / "fastconformer_rnnt_cache_aware.yaml"
 BLANK_BIAS = 40.0  # added to the blank logit of a random joint (see module doc)
@@ -408,7 +408,8 @@ class Engine:
         off = self._offline(buf, count_flops=flops)
         # the untimed pass: warm-up, FLOPs, outputs compared with the offline pass
         progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks (untimed pass{', counting FLOPs' if flops else ''})")
-        first = self._stream_once(buf, count_flops=flops, keep_outputs=True)
+        with warming():
+            first = self._stream_once(buf, count_flops=flops, keep_outputs=True)
         st_out = torch.cat(first["outs"], dim=-1) if first["outs"] else torch.zeros(0)
         n = min(st_out.shape[-1], off["out"].shape[-1])
         if n:
@@ -532,7 +533,8 @@ class Engine:
             buf = self._buffer([a], copies=b)
             n = int(steps) or 16
             try:
-                r = self._stream_once(buf, max_steps=4)  # warm-up
+                with warming():
+                    r = self._stream_once(buf, max_steps=4)
                 r = self._stream_once(buf, max_steps=n)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 
-from .worker import progress
+from .worker import progress, warming
 
 
 class Engine:
@@ -24,8 +24,11 @@ class Engine:
     def info(self) -> dict:
         return {"engine": "selftest", "pid": self.pid, "model": self.model}
 
-    def echo(self, value: float = 1.0, n: int = 5) -> dict:
+    def echo(self, value: float = 1.0, n: int = 5, warmup_s: float = 0.0, work_s: float = 0.0) -> dict:
         progress(f"echo {value}")
+        with warming():
+            time.sleep(warmup_s)
+        time.sleep(work_s)
         return {"value": value, "samples": [value] * n, "pid": self.pid}
 
     def crash(self) -> dict:

@@ -17,7 +17,7 @@ import time
 
 from ..probes import Unmeasured
 from . import llm_common as common
-from .worker import progress
+from .worker import progress, warming
 
 
 def _loaded_param_bytes(model) -> dict:
@@ -116,7 +116,8 @@ class Engine:
             loaded["ratio_to_config_count"] = round(loaded["bytes"] / self.counts["weights"], 4)
         self.loaded = loaded
         # warm-up: first steps allocate and build kernels
-        self._run(common.random_prompts(1, 16, self.vocab, 1), 8)
+        with warming():
+            self._run(common.random_prompts(1, 16, self.vocab, 1), 8)
 
     # -- bookkeeping ---------------------------------------------------------------------
     def info(self) -> dict:
@@ -207,9 +208,10 @@ class Engine:
     def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
         """Per-request decode tok/s at ``batch`` concurrent requests, both clocks, raw samples."""
         tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
-        for _ in range(int(warmup)):
-            # same batch and prompt shapes as the measured runs (kernels for new shapes are built here)
-            self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), min(tokens, 4))
+        with warming():
+            for _ in range(int(warmup)):
+                # same batch and prompt shapes as the measured runs (kernels for new shapes are built here)
+                self._run(common.random_prompts(batch, prompt_len, self.vocab, self._next_seed()), min(tokens, 4))
         per_req, per_req_wall, total, total_e2e, e2e, ttft, gen = [], [], [], [], [], [], []
         preempt = 0
         for i in range(reps):
@@ -241,8 +243,9 @@ class Engine:
         if prompt_len + 1 > self.max_model_len:
             raise Unmeasured(f"prompt of {prompt_len} tokens exceeds max_model_len {self.max_model_len}")
         same = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
-        for _ in range(int(warmup)):
-            self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
+        with warming():
+            for _ in range(int(warmup)):
+                self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
         eng, wall, cached = [], [], []
         for i in range(reps):
             progress(f"vllm prefill {prompt_len} tokens, rep {i + 1}/{reps}"

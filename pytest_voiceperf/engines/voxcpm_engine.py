@@ -39,7 +39,7 @@ import tempfile
 import time
 import types
 
-from .worker import progress
+from .worker import progress, warming
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, then it runs back home to rest."
 
@@ -201,7 +201,8 @@ class Engine:
         patches = [int(n) for n in patches]
         for n in patches:
             progress(f"voxcpm: warm-up at {n} patches")
-            self._whole(n, timesteps)
+            with warming():
+                self._whole(n, timesteps)
         self._reset_peak()
         times = {n: [] for n in patches}
         samples = {}
@@ -227,7 +228,8 @@ class Engine:
         for t in timesteps:
             for n in patches:
                 progress(f"voxcpm: warm-up at {n} patches, {t} diffusion steps")
-                self._whole(n, t)
+                with warming():
+                    self._whole(n, t)
         times = {(t, n): [] for t in timesteps for n in patches}
         for r in range(int(reps)):
             progress(f"voxcpm: steps round {r + 1}/{reps} over {timesteps} steps")
@@ -240,7 +242,8 @@ class Engine:
     def streaming(self, patches: int = 20, timesteps: int = 10, reps: int = 3) -> dict:
         n = int(patches)
         progress(f"voxcpm: streaming warm-up at {n} patches")
-        self._stream(n, timesteps)
+        with warming():
+            self._stream(n, timesteps)
         runs = []
         for r in range(int(reps)):
             arrivals, sizes = self._stream(n, timesteps)

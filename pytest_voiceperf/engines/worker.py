@@ -11,10 +11,45 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
+import time
 import traceback
+from contextlib import contextmanager
 
 _proto = None
+_warmup_s = 0.0  # seconds of the current request spent warming up (reported to the parent)
+
+
+@contextmanager
+def warming():
+    """Engines wrap their untimed warm-up in this, so the run's timing table can tell it apart."""
+    global _warmup_s
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        _warmup_s += time.perf_counter() - t0
+
+
+def note_warmup(seconds: float) -> None:
+    """For warm-up runs inside a timed loop: add their seconds."""
+    global _warmup_s
+    _warmup_s += max(0.0, float(seconds))
+
+
+def _watch_parent() -> None:
+    """A worker outlives a killed pytest (it runs in its own session, so the engine's child
+    processes can be killed as one group): end the whole group when the parent is gone."""
+    parent = os.getppid()
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            try:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            finally:
+                os._exit(1)
 
 
 def progress(msg: str) -> None:
@@ -25,6 +60,7 @@ def progress(msg: str) -> None:
 
 
 def _reply(obj: dict) -> None:
+    obj["warmup_s"] = round(_warmup_s, 4)
     _proto.write(json.dumps(obj, default=_default) + "\n")
     _proto.flush()
 
@@ -51,12 +87,15 @@ def main(argv: list[str]) -> int:
     from . import FAMILIES
     from ..probes import Unmeasured
 
+    global _warmup_s
+    threading.Thread(target=_watch_parent, name="voiceperf-parent-watch", daemon=True).start()
     engine = None
     for line in sys.stdin:
         try:
             msg = json.loads(line)
         except ValueError:
             continue
+        _warmup_s = 0.0
         op = msg.get("op")
         if op == "stop":
             break
@@ -90,4 +129,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    # run in the module the engines import (``from .worker import progress``), not in a second
+    # copy named __main__, so progress lines and warm-up seconds reach the protocol channel
+    from pytest_voiceperf.engines.worker import main as _main
+
+    sys.exit(_main(sys.argv))
