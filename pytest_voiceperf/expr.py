@@ -109,6 +109,13 @@ def check(text: Any, *, names: set[str], aliases: Mapping[str, set[str]] | None 
     return tree
 
 
+def references(text: str) -> set[tuple[str, str]]:
+    """The ``alias.output`` pairs an expression (accepted by :func:`check`) reads."""
+    tree = ast.parse(text.strip(), mode="eval")
+    return {(n.value.id, n.attr) for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+
+
 class _Outputs:
     """Attribute view of one probe's outputs (only declared names are reachable)."""
 

@@ -76,13 +76,16 @@ def _disturbed(result: dict) -> bool:
         result.get("outcome") == "unmeasured" and bool(result.get("disturbed")))
 
 
-def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | None, list, float | None, bool]]:
-    """(figure name, dedup key or None, round values, value, higher_is_better) this result offers."""
+def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | None, list, float | None, bool, bool]]:
+    """(figure name, dedup key or None, round values, value, higher_is_better, exact) this result
+    offers; exact: a count or a figure that does not vary (compared as it is, without rounds)."""
     out = []
     hib = result.get("higher_is_better")
     rounds_ok = _rounds_of(result)
     if hib is not None and result.get("value") is not None:
-        out.append(("metric", None, list(result.get("samples") or []) if rounds_ok else [], result["value"], hib))
+        exact = rounds_ok and str(result.get("ci_method") or "").startswith("exact")
+        out.append(("metric", None, list(result.get("samples") or []) if rounds_ok else [], result["value"], hib,
+                    exact))
     for alias, p in (result.get("probes") or {}).items():
         units = p.get("units") or {}
         samples = p.get("samples") or {}
@@ -91,8 +94,9 @@ def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | No
             names = names[:1]
         for name in names:
             key = f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}.{name}"
+            exact = rounds_ok and not samples.get(name)  # a probe without samples is deterministic
             out.append((f"{alias}.{name} [{units[name]}]", key, list(samples.get(name) or []) if rounds_ok else [],
-                        p["values"].get(name), direction_of_unit(units[name])))
+                        p["values"].get(name), direction_of_unit(units[name]), exact))
     return out
 
 
@@ -116,7 +120,7 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
     tol = new.get("tolerance") if new.get("tolerance") is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = _disturbed(new) or _disturbed(old)
-    for name, key, rounds_new, v_new, hib in figures(new, all_figures):
+    for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):
         of = old_figs.get(name)
         if of is None or of[3] is None or v_new is None:
             continue
@@ -134,6 +138,13 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
         if drift:
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
+            continue
+        if exact_new and of[5]:  # counts: any change beyond the tolerance is real, no rounds needed
+            ch = _rel(of[3], v_new)
+            better = ch if hib else -ch
+            verdict = ("regressed" if better < -tol else "improved" if better > tol else "unchanged")
+            out.append(Comparison(name, of[3], v_new, ch, [ch, ch], verdict, hib,
+                                  "exact figure (a count, or one that does not vary): compared as it is"))
             continue
         rc = compare_rounds(of[2], rounds_new, hib, tol, alpha, n_figures)
         if rc.verdict == "regressed" and (old.get("modes") or new.get("modes")):
@@ -199,7 +210,7 @@ class Gate:
         # Bonferroni over the figures the baseline offers (shared probe calls counted once)
         keys = set()
         for r in self.by_nodeid.values():
-            for name, key, rounds, _, _ in figures(r, self.all_figures):
+            for name, key, rounds, _, _, _ in figures(r, self.all_figures):
                 if len(rounds) >= MIN_ROUNDS_GATE:
                     keys.add(key or (r["nodeid"], name))
         self.n_figures = max(1, len(keys))

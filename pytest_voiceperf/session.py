@@ -396,6 +396,8 @@ class Session:
         rc = claim.rounds
         n_min = rc.min or self.options.min_rounds
         n_max = max(n_min, rc.max or self.options.max_rounds)
+        if self._exact_metric(claim.metric, calls):  # counts, not timings: one round decides
+            n_min = n_max = 1
         budget = rc.seconds or self.options.round_seconds
         started = time.monotonic()
         n = n_min
@@ -460,10 +462,18 @@ class Session:
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
+    def _exact_metric(self, metric: str, calls) -> bool:
+        """True when the metric reads only outputs its probes declare exact (counts of a deterministic
+        computation: frames, FLOPs, bytes, calls)."""
+        by_alias = {c.alias: self.registry.get(c.probe) for c in calls}
+        refs = expr.references(metric)
+        return bool(refs) and all(by_alias.get(a) is not None and out in by_alias[a].exact for a, out in refs)
+
     def _evaluate(self, claim, calls, names: dict, n: int) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
         probed = [(c.alias, self.probed(c.probe, c.args)) for c in calls]
-        det = all(pr.deterministic for _, pr in probed)
+        exact = self._exact_metric(claim.metric, calls)
+        det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
         for r in range(rounds):
@@ -483,7 +493,9 @@ class Session:
         value = float(statistics.median(values))
         md = None
         if det or len(values) < 2:
-            ci, method = (value, value), ("exact: the probes' figures do not vary between repetitions" if det
+            ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
+                                          "not timings" if exact else
+                                          "exact: the probes' figures do not vary between repetitions" if det
                                           else "one round")
         else:
             ci = stats.interval(values)

@@ -253,3 +253,64 @@ def test_gate_does_not_compare_figures_of_a_ceiling_that_drifted_during_the_run(
     still = {"ceilings_end": [{"probe": "t.const", "args": {"x": 1}, "change": 0.01}]}
     g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05, new_provenance=still)
     assert [c.verdict for c in g.check(new)] == ["regressed", "regressed"]
+
+
+# -- exact metrics: counts take one round --------------------------------------------------
+COUNT_PROBE = '''
+import random
+from pytest_voiceperf.probes import Measurement, probe
+
+CALLS = []
+
+@probe("t.count", outputs={"frames": "frames", "t": "s"}, exact=("frames",))
+def count(ctx, frames: int = 10):
+    CALLS.append(1)
+    ts = [0.01 * (1 + random.random()) for _ in range(3)]
+    return Measurement({"frames": float(frames), "t": sorted(ts)[1]}, samples={"t": ts},
+                       info={"calls": len(CALLS)})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(count.voiceperf_probe)
+'''
+
+
+def test_expr_references():
+    from pytest_voiceperf import expr
+
+    assert expr.references("a.x / b.y + max(a.z, 2) * n") == {("a", "x"), ("b", "y"), ("a", "z")}
+    assert expr.references("1 + n") == set()
+
+
+def test_probe_exact_outputs_must_be_outputs():
+    from pytest_voiceperf.probes import probe
+
+    with pytest.raises(ValueError, match="not among its outputs"):
+        probe("t.bad", outputs={"a": ""}, exact=("b",))(lambda ctx: None)
+
+
+def test_a_metric_of_counts_takes_one_round(pytester):
+    pytester.makeconftest(COUNT_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("counted", "c.frames", "{equals: 12}", "c: {probe: t.count, frames: 12}"))
+    write(pytester, "b.yaml", claim("timed", "c.t", "{max: 1.0}", "c: {probe: t.count, frames: 13}"))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly")
+    res.assert_outcomes(passed=2)
+    r = results(pytester)
+    assert r["counted"]["rounds"] == 1 and r["counted"]["ci_method"].startswith("exact: the metric is made of counts")
+    assert r["counted"]["probes"]["c"]["info"]["rounds"] == 1
+    assert r["timed"]["rounds"] >= 3 and r["timed"]["probes"]["c"]["info"]["rounds"] >= 3
+
+
+def test_the_gate_compares_exact_figures_as_they_are():
+    from pytest_voiceperf.gate import compare_result
+
+    def res(v):
+        return {"nodeid": "x", "value": v, "samples": [v], "rounds": 1, "higher_is_better": False,
+                "ci_method": "exact: the metric is made of counts (frames, FLOPs, bytes, calls), not timings",
+                "outcome": "passed", "probes": {}}
+
+    assert [c.verdict for c in compare_result(res(100.0), res(100.0), 0.05, 0.05)] == ["unchanged"]
+    assert [c.verdict for c in compare_result(res(100.0), res(120.0), 0.05, 0.05)] == ["regressed"]
+    assert [c.verdict for c in compare_result(res(100.0), res(80.0), 0.05, 0.05)] == ["improved"]
+    timed = dict(res(100.0), ci_method="one round")
+    assert [c.verdict for c in compare_result(timed, timed, 0.05, 0.05)] == ["untestable"]

@@ -72,6 +72,9 @@ class ProbeSpec:
     # args (defaults filled in) -> which engine instance the call needs; cases that need the
     # same instance run one after the other (default: engine family and the "model" argument)
     engine_key: Callable[[dict], str] | None = None
+    # outputs that are counts of a deterministic computation (frames, FLOPs, bytes, calls), not
+    # timings: a metric made only of them is exact, and one round decides it
+    exact: frozenset[str] = frozenset()
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -95,7 +98,7 @@ class Registry:
 
 
 def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
-          engine_key: Callable[[dict], str] | None = None):
+          engine_key: Callable[[dict], str] | None = None, exact: Iterable[str] = ()):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -104,8 +107,12 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
             p.name: (None if p.default is inspect.Parameter.empty else p.default)
             for p in list(sig.parameters.values())[1:]
         }
+        unknown = set(exact) - set(outputs)
+        if unknown:
+            raise ValueError(f"probe {name}: exact outputs {sorted(unknown)} are not among its outputs")
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
-                                       {k: tuple(v) for k, v in (choices or {}).items()}, engine_key)
+                                       {k: tuple(v) for k, v in (choices or {}).items()}, engine_key,
+                                       frozenset(exact))
         return fn
 
     return wrap

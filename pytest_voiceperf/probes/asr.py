@@ -181,7 +181,9 @@ def streaming_config(ctx, right_context: int = 0, model: str = DEFAULT_MODEL):
     "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "frames_stream": "frames",
     "frames_offline": "frames", "steps": "", "chunk_ms": "ms", "audio_s": "s",
     "flops_per_frame_stream": "FLOP", "flops_per_frame_offline": "FLOP", "flop_ratio_vs_offline": "x",
-    "offline_rtf": "x", "rel_diff_vs_offline": "", "frames_differing_vs_offline": "frames", "threads": ""})
+    "offline_rtf": "x", "rel_diff_vs_offline": "", "frames_differing_vs_offline": "frames", "threads": ""},
+    exact=("frames_stream", "frames_offline", "steps", "chunk_ms", "audio_s", "flops_per_frame_stream",
+           "flops_per_frame_offline", "flop_ratio_vs_offline", "threads"))
 def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
            threads: int = 1, dtype: str = "float32", audio: str = "", reps: int = 3):
     """Cache-aware streaming of one clip (NeMo's streaming buffer and conformer_stream_step).
@@ -213,7 +215,8 @@ def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str 
 @probe("asr.buffered", engine="nemo", outputs={
     "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "flops_per_frame": "FLOP",
     "flops_per_frame_steady": "FLOP", "flop_ratio_vs_offline": "x", "window_s": "s", "steps": "",
-    "chunk_ms": "ms"})
+    "chunk_ms": "ms"}, exact=("flops_per_frame", "flops_per_frame_steady", "flop_ratio_vs_offline", "window_s",
+                              "steps", "chunk_ms"))
 def buffered(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
              threads: int = 1, dtype: str = "float32", audio: str = "", reps: int = 1):
     """Buffered streaming: every chunk, the last (left context + chunk) of features is re-encoded from

@@ -176,6 +176,8 @@ def _matmul_key(spec: dict) -> str:
                 "weight_bytes": "B", "read_bytes": "B", "kv_bytes_per_token": "B", "kv_read_bytes": "B",
                 "e2e_s": "s", "ttft_s": "s", "generated": "tokens", "bytes_per_weight": "B",
                 "params": "", "non_embedding_params": "", "total_tok_s": "tok/s", "tp": ""},
+       exact=("weight_bytes", "read_bytes", "kv_bytes_per_token", "kv_read_bytes", "generated", "bytes_per_weight",
+              "params", "non_embedding_params", "tp"),
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
            tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1):
@@ -228,7 +230,7 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
 @probe("llm.prefill", engine="llm", engine_key=_key,
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
                 "ttft_s": "s", "non_embedding_params": "", "cached_tokens": "tokens"},
-       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
+       exact=("prompt_len", "non_embedding_params"), choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
 def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
             prompt_len: int = 1024, reps: int = 0, cache: str = "off"):
     """Prefill tok/s of one request (max_tokens=1) with distinct random prompts; ``cache: on`` repeats

@@ -288,7 +288,7 @@ def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: in
 @probe("tts.magpie", engine="magpie", outputs={
     "steps_per_frame": "", "frames_per_step": "", "step_s": "s", "frame_s": "s", "rtf": "", "audio_s": "s",
     "frame_audio_s": "s", "codec_s": "s", "lt_calls_per_step": "", "params": "",
-})
+}, exact=("steps_per_frame", "frames_per_step", "audio_s", "frame_audio_s", "lt_calls_per_step", "params"))
 def magpie(ctx, model: str = "magpie-tts-tiny", frame_stacking: int = 2, frames: int = 40, reps: int = 3,
            use_cfg: bool = True):
     """Magpie TTS (NeMo MagpieTTSModel.infer_batch) at a fixed number of codec frames.
