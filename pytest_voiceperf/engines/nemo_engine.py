@@ -404,21 +404,37 @@ class Engine:
         # as a live client flushes its last partial frame: NeMo's CacheAwareStreamingAudioBuffer
         # stops before a trailing remainder shorter than one frame of features, which the offline
         # pass would pad and encode.
-        progress(f"nemo: offline pass, {dur:.1f} s of audio")
-        off = self._offline(buf, count_flops=flops)
-        # the untimed pass: warm-up, FLOPs, outputs compared with the offline pass
-        progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks (untimed pass{', counting FLOPs' if flops else ''})")
-        with warming():
-            first = self._stream_once(buf, count_flops=flops, keep_outputs=True)
-        st_out = torch.cat(first["outs"], dim=-1) if first["outs"] else torch.zeros(0)
-        n = min(st_out.shape[-1], off["out"].shape[-1])
-        if n:
-            d = (st_out[:, :n] - off["out"][:, :n]).abs()
-            scale = off["out"][:, :n].abs().max().item() or 1.0
-            diff = d.max().item()
-            differing = int((d.amax(0) > 1e-3 * scale).sum())
+        # The counts (frames, FLOPs) and the output comparison are exact: the first call for this
+        # clip and look-ahead takes them (counting passes are slow); a later round reuses them and
+        # warms up with a plain streaming pass before its timed passes
+        key = (int(right_context), audio, len(a), bool(flops))
+        memo = self.__dict__.setdefault("_exact", {})
+        if key not in memo:
+            progress(f"nemo: offline pass, {dur:.1f} s of audio")
+            off = self._offline(buf, count_flops=flops)
+            # the untimed pass: warm-up, FLOPs, outputs compared with the offline pass
+            progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks (untimed pass"
+                     f"{', counting FLOPs' if flops else ''})")
+            with warming():
+                first = self._stream_once(buf, count_flops=flops, keep_outputs=True)
+            st_out = torch.cat(first["outs"], dim=-1) if first["outs"] else torch.zeros(0)
+            n = min(st_out.shape[-1], off["out"].shape[-1])
+            if n:
+                d = (st_out[:, :n] - off["out"][:, :n]).abs()
+                scale = off["out"][:, :n].abs().max().item() or 1.0
+                diff = d.max().item()
+                differing = int((d.amax(0) > 1e-3 * scale).sum())
+            else:
+                diff, scale, differing = float("nan"), 1.0, 0
+            first.pop("outs", None)
+            memo[key] = (dict(off, out=None), first, diff, scale, differing)
+            counted_now = True
         else:
-            diff, scale, differing = float("nan"), 1.0, 0
+            off, first, diff, scale, differing = memo[key]
+            progress(f"nemo: streaming {cfg['chunk_ms']:.0f} ms chunks (warm-up pass; counts from the first round)")
+            with warming():
+                self._stream_once(buf)
+            counted_now = False
         steps_t, rtfs = [], []
         reps = max(1, int(reps))
         for i in range(reps):
@@ -443,6 +459,7 @@ class Engine:
             "rtf": statistics.median(rtfs), "rtf_runs": rtfs,
             "offline_encoder_s": statistics.median(off_t), "offline_rtf": statistics.median(off_t) / dur,
             "text": first["texts"][0] if first["texts"] else "",
+            "counts": "taken in this call" if counted_now else "exact counts reused from this engine's first call",
         }
         if flops:
             sflops = sum(first["flops"])
