@@ -20,9 +20,15 @@ def _claim_files(paths: list[str]) -> list[Path]:
 
 
 def _registry():
-    from .probes import builtin_registry
+    """The same registry as a pytest run: built-ins and installed plugins' probes (entry points).
+    Probes added from a conftest.py exist only inside pytest (pytest --voiceperf --collect-only)."""
+    from .probes import DuplicateProbe, load_registry
 
-    return builtin_registry()
+    try:
+        return load_registry(on_error=lambda msg: print(f"warning: {msg}", file=sys.stderr))
+    except DuplicateProbe as exc:
+        print(f"voiceperf: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def cmd_list(args) -> int:

@@ -13,7 +13,7 @@ from .verdict import fmt_value
 
 
 def _state(config):
-    from .plugin import STASH_STATE
+    from .state import STASH_STATE
 
     return config.stash[STASH_STATE]
 
@@ -53,7 +53,7 @@ class ClaimItem(pytest.Item):
         self.result = CaseResult(claim=claim.id, nodeid=self.nodeid, params=dict(case.params),
                                  path=str(claim.path), line=self.line)
         families = {_family(c.probe) for c in claim.calls}
-        from .plugin import FAMILY_MARKS
+        from .state import FAMILY_MARKS
 
         for fam in families & set(FAMILY_MARKS):
             self.add_marker(fam)
@@ -109,7 +109,7 @@ class ClaimItem(pytest.Item):
         return f"{self.nodeid.split('::')[0]}:{self.line}"
 
     def runtest(self):
-        from .plugin import get_session
+        from .state import get_session
 
         vs = get_session(self.config)
         try:

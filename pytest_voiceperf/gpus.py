@@ -68,7 +68,7 @@ class _Controller:
 
     def pytest_testnodedown(self, node, error):
         """A worker's engines go into the one results file's provenance."""
-        from .plugin import get_session
+        from .state import get_session
 
         vs = get_session(node.config)
         engines = getattr(node, "workeroutput", {}).get("voiceperf_engines")

@@ -12,8 +12,10 @@ Add probes from a ``conftest.py`` or a plugin::
     def pytest_voiceperf_add_probes(registry):
         registry.add(echo_latency.voiceperf_probe)
 
-An installed package can do the same through the ``pytest_voiceperf.probes`` entry
-point group (each entry point names a module whose ``@probe`` functions are added).
+An installed package does the same through the ``pytest_voiceperf.probes`` entry point group
+(each entry point names a module whose ``@probe`` functions are added), as the built-in probes
+do; such probes are also seen by the ``voiceperf`` CLI (``validate``, ``list``). A name defined
+twice is an error.
 """
 import pytest
 
@@ -21,11 +23,3 @@ import pytest
 @pytest.hookspec
 def pytest_voiceperf_add_probes(registry):
     """Add probes to ``registry`` (a :class:`pytest_voiceperf.probes.Registry`)."""
-
-
-@pytest.hookspec(firstresult=True)
-def pytest_voiceperf_compare(baseline, current, claim):
-    """Decide whether ``current`` regressed against ``baseline`` (dicts of one result each).
-
-    Return a :class:`pytest_voiceperf.gate.Comparison` to override the built-in test, or None.
-    """

@@ -5,17 +5,14 @@ Without ``--voiceperf`` the plugin collects nothing and imports nothing heavy.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from .probes import EngineError, Unmeasured
-
-STASH_SESSION = pytest.StashKey["object"]()
-STASH_STATE = pytest.StashKey["object"]()
-STASH_GATE = pytest.StashKey["object"]()
-
-FAMILY_MARKS = ("hw", "llm", "asr", "tts", "pipeline")
+from .state import (FAMILY_MARKS, STASH_GATE, STASH_SESSION, STASH_STATE, State, get_session, kept, resumed,
+                    write_results)
 
 
 def pytest_addhooks(pluginmanager):
@@ -56,6 +53,8 @@ def pytest_addoption(parser):
                 help="finish an interrupted run: skip the cases that PATH (a results file or its .partial) "
                      "already holds, and copy them into this run's results (cases that ended in 'error' run again)")
     parser.addini("voiceperf_claims", "claim files or folders", type="paths", default=[])
+    parser.addini("voiceperf_claim_pattern", "regular expression a claim file's name must match under the claim "
+                  "folders (a file named on the command line is always read)", default=r"\.ya?ml$")
     parser.addini("voiceperf_timeout", "time limit of one claim case in seconds", default="900")
     parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
     parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
@@ -93,49 +92,11 @@ def _kv(items: list[str], what: str, convert=str) -> dict:
     return out
 
 
-class State:
-    """Collection-time state of the plugin in one pytest process."""
-
-    def __init__(self, config):
-        self.config = config
-        self.roots: list[Path] = []
-        self.ids: dict[str, str] = {}  # claim id -> "file:line" of its first definition
-        self._registry = None
-        self.results: dict[str, dict] = {}  # nodeid -> result (filled from reports)
-
-    def pytest_runtest_logreport(self, report):
-        """Results arrive as reports, so the xdist controller sees every worker's."""
-        data = getattr(report, "voiceperf", None)
-        if data is not None and report.when == "call":
-            self.results[report.nodeid] = data
-            if not hasattr(self.config, "workerinput"):
-                _write_results(self.config, complete=False)  # a run stopped at any point keeps what it measured
-
-    @property
-    def registry(self):
-        if self._registry is None:
-            from .probes import builtin_registry, collect
-
-            reg = builtin_registry()
-            try:
-                from importlib.metadata import entry_points
-
-                for ep in entry_points(group="pytest_voiceperf.probes"):
-                    for spec in collect(ep.load()):
-                        reg.add(spec)
-            except Exception as exc:  # a broken third-party plugin must not stop the run
-                self.config.issue_config_time_warning(pytest.PytestWarning(f"voiceperf probe entry point: {exc}"), 2)
-            self.config.hook.pytest_voiceperf_add_probes(registry=reg)
-            self._registry = reg
-        return self._registry
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     for m in FAMILY_MARKS:
         config.addinivalue_line("markers", f"{m}: voiceperf claims measured with {m} probes")
     config.addinivalue_line("markers", "voiceperf: a voiceperf claim case")
-    config.addinivalue_line("markers", "slow: a long-running engine test")
     if hasattr(config, "workerinput"):
         from .gpus import bind_worker
 
@@ -146,6 +107,10 @@ def pytest_configure(config):
         return
     state = State(config)
     config.stash[STASH_STATE] = state
+    try:
+        state.pattern = re.compile(config.getini("voiceperf_claim_pattern"))
+    except re.error as exc:
+        raise pytest.UsageError(f"ini option voiceperf_claim_pattern is not a regular expression: {exc}") from None
     config.pluginmanager.register(state, "voiceperf-state")
     explicit = config.getoption("voiceperf_claims")
     if explicit:
@@ -153,15 +118,17 @@ def pytest_configure(config):
     else:
         roots = list(config.getini("voiceperf_claims")) or [config.rootpath / "claims"]
     state.roots = [Path(os.path.abspath(r)) for r in roots]
-    from _pytest.config import Config
-
-    if explicit or config.args_source != Config.ArgsSource.ARGS:
+    named = list(config.args) if config.args_source == pytest.Config.ArgsSource.ARGS else []
+    if explicit or not named:
         missing = [str(r) for r in state.roots if not r.exists()]
         if missing:
             raise pytest.UsageError(f"voiceperf: claim path not found: {', '.join(missing)}")
-        config.args[:] = [str(r) for r in state.roots]
-    else:
-        state.roots = [Path(os.path.abspath(a.split("::")[0])) for a in config.args]
+        # paths named on the command line run as well as the claims (pytest --voiceperf tests/test_x.py)
+        config.args[:] = list(named) + [str(r) for r in state.roots if str(r) not in named]
+    else:  # only paths on the command line: they are the claims (and any Python tests) to run
+        state.roots = [Path(os.path.abspath(a.split("::")[0])) for a in named]
+    state.named = {Path(os.path.abspath(a.split("::")[0])) for a in named} | (
+        {r for r in state.roots if r.is_file()} if explicit else set())
     if config.getoption("voiceperf_gpus") and not hasattr(config, "workerinput"):
         from .gpus import configure_xdist
 
@@ -175,6 +142,9 @@ def pytest_collect_file(file_path: Path, parent):
     state = config.stash[STASH_STATE]
     fp = Path(os.path.abspath(file_path))
     if not any(fp == r or r in fp.parents for r in state.roots):
+        return None
+    # a claim file is one whose name matches voiceperf_claim_pattern, or one named explicitly
+    if fp not in state.named and not state.pattern.search(fp.name):
         return None
     from .collect import ClaimFile
 
@@ -193,7 +163,7 @@ def pytest_sessionstart(session):
         except ValueError:
             raise pytest.UsageError(f"ini option {name} must be a number") from None
 
-    _resumed(config)  # a bad --voiceperf-resume file is a usage error before anything is measured
+    resumed(config)  # a bad --voiceperf-resume file is a usage error before anything is measured
     opts = Options(
         device=config.getoption("voiceperf_device"),
         profile=config.getoption("voiceperf_profile"),
@@ -275,36 +245,6 @@ def _load_gate(config, vs, spec):
                      all_figures=bool(config.getoption("voiceperf_all_figures")))
 
 
-def get_session(config):
-    return config.stash.get(STASH_SESSION, None)
-
-
-_RESUME = pytest.StashKey[dict]()
-
-
-def _resumed(config) -> dict:
-    """nodeid -> result of the cases an earlier (interrupted) run finished (--voiceperf-resume)."""
-    path = config.getoption("voiceperf_resume", None)
-    if not path:
-        return {}
-    if _RESUME not in config.stash:
-        from . import results
-
-        try:
-            doc = results.read(path)
-        except ValueError as exc:
-            raise pytest.UsageError(f"--voiceperf-resume: {exc}") from None
-        config.stash[_RESUME] = {r["nodeid"]: r for r in doc["results"]
-                                 if isinstance(r, dict) and r.get("nodeid") and r.get("outcome") != "error"}
-    return config.stash[_RESUME]
-
-
-def _kept(config, state) -> list[dict]:
-    """The resumed cases this run did not measure again (they go into its results file)."""
-    ran = {r.get("nodeid") for r in state.results.values()}
-    return [dict(r, resumed=True) for n, r in _resumed(config).items() if n not in ran]
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
@@ -314,7 +254,7 @@ def pytest_collection_modifyitems(session, config, items):
     vs = get_session(config)
     profile = vs.profile if vs else (config.getoption("voiceperf_profile") or "cpu")
     keep, dropped = [], []
-    done = _resumed(config)  # cases an interrupted run already finished
+    done = resumed(config)  # cases an interrupted run already finished
     for item in items:
         if isinstance(item, ClaimItem) and (not item.in_profile(profile, vs.device if vs else "cpu")
                                             or item.nodeid in done):
@@ -437,8 +377,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
         gate.summary(terminalreporter)
-    if _resumed(config):
-        terminalreporter.write_line(f"voiceperf: {len(_kept(config, state))} case(s) kept from "
+    if resumed(config):
+        terminalreporter.write_line(f"voiceperf: {len(kept(config, state))} case(s) kept from "
                                     f"{config.getoption('voiceperf_resume')} (not run again; in the results file)")
 
 
@@ -466,7 +406,7 @@ def pytest_sessionfinish(session, exitstatus):
         return
     # the results file first, then the engines: a busy engine must not delay (or, killed with the
     # run, lose) what was measured
-    doc = _write_results(config, complete=not interrupted)
+    doc = write_results(config, complete=not interrupted)
     if vs is not None:
         vs.close(interrupted=interrupted)
     save = config.getoption("voiceperf_save")
@@ -477,28 +417,6 @@ def pytest_sessionfinish(session, exitstatus):
         tr = config.pluginmanager.get_plugin("terminalreporter")
         if tr is not None:
             tr.write_line(f"voiceperf: saved baseline {saved}")
-
-
-def _write_results(config, complete: bool) -> dict | None:
-    """The results document; written to --voiceperf-json (PATH.partial while the run is not complete;
-    a complete run removes the partial file it wrote on the way)."""
-    state = config.stash.get(STASH_STATE, None)
-    vs = get_session(config)
-    if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
-        return None
-    from . import results
-
-    vs.complete = complete
-    doc = results.document(vs, _kept(config, state) + list(state.results.values()), config)
-    if _resumed(config):
-        doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
-    path = config.getoption("voiceperf_json")
-    if path:
-        results.write(path, doc)
-        partial = Path(str(path) + ".partial")
-        if complete and partial.exists():
-            partial.unlink()
-    return doc
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,26 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
+# C extensions the tests import in this process (through the plugin's helpers: CER, linear fits,
+# random checkpoints). Pytester snapshots sys.modules when a test starts and drops whatever the test
+# imported when it ends, so the next test imports them a second time into the same interpreter:
+# torch then fails with "SystemError: bad call flags", numpy warns that it was reloaded, and the
+# process ends in a segfault while collecting garbage. Imported once here, before any Pytester
+# exists, they are in every snapshot and stay.
+HEAVY = ("numpy", "scipy.stats", "torch", "safetensors.torch", "transformers", "jiwer")
+
+
 def pytest_configure(config):
-    # run the plugin under test in its own process, as a user would (torch and engine
-    # modules do not survive being imported again and again in one process)
+    # run the plugin under test in its own process, as a user would
     config.option.runpytest = "subprocess"
+    if not config.getoption("voiceperf", False):  # `pytest --voiceperf` loads this conftest too
+        import importlib
+
+        for name in HEAVY:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
 
 
 @pytest.fixture(autouse=True, scope="session")

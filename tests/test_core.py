@@ -1,5 +1,8 @@
 """The plugin as a user sees it: collection, verdicts, selection, strict mode, the JSON file."""
 import json
+import os
+import sys
+import textwrap
 
 import pytest
 from helpers import claim
@@ -214,3 +217,71 @@ def test_provenance_says_when_the_code_is_not_the_commit(vp):
     write(vp, "a.yaml", claim("c-a") + "# edited\n")
     vp.runpytest("--voiceperf", "--voiceperf-json", "dirty.json")
     assert json.loads((vp.path / "dirty.json").read_text())["provenance"]["git_dirty"] is True
+
+
+def _installed_plugin(tmp, probe_name="acme.echo"):
+    """A probe package installed the way pip installs one: a module and a dist-info folder with an
+    entry point in the pytest_voiceperf.probes group."""
+    site = tmp / "site"
+    (site / "acme_probes-1.0.dist-info").mkdir(parents=True)
+    (site / "acme_probes.py").write_text(textwrap.dedent(f'''
+        from pytest_voiceperf.probes import Measurement, probe
+
+        @probe("{probe_name}", outputs={{"value": "x"}})
+        def echo(ctx, value: float = 1.0):
+            return Measurement({{"value": float(value)}})
+    '''))
+    (site / "acme_probes-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-probes\nVersion: 1.0\n")
+    (site / "acme_probes-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pytest_voiceperf.probes]\nacme = acme_probes\n")
+    return site
+
+
+def test_cli_and_pytest_see_an_installed_plugins_probes(pytester, monkeypatch):
+    site = _installed_plugin(pytester.path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    pytester.mkdir("claims")
+    (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-echo", "e.value", "{min: 0.5}",
+                                                               "e: {probe: acme.echo, value: 2.0}"))
+    res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    res = pytester.runpytest("--voiceperf", "-v")
+    res.assert_outcomes(passed=1)
+
+
+def test_a_probe_name_defined_twice_is_an_error(pytester, monkeypatch):
+    site = _installed_plugin(pytester.path, probe_name="hw.read_bandwidth")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    pytester.mkdir("claims")
+    res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
+    assert res.ret == 2
+    res.stderr.fnmatch_lines(["*probe 'hw.read_bandwidth' is defined twice: in pytest_voiceperf.probes.hw.*"
+                              "acme_probes.echo; rename one of them*"])
+    assert "Traceback" not in res.stderr.str()
+    res = pytester.runpytest("--voiceperf")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*voiceperf: probe 'hw.read_bandwidth' is defined twice*"])
+
+
+def test_named_python_tests_run_beside_the_claims(vp):
+    write(vp, "a.yaml", claim("c-a"))
+    vp.makepyfile(test_x="def test_plain():\n    assert True\n")
+    res = vp.runpytest("--voiceperf", "--voiceperf-claims", "claims", "test_x.py", "-v")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*test_x.py::test_plain PASSED*", "*claims/a.yaml::c-a PASSED*"])
+
+
+def test_claim_files_are_found_by_the_ini_pattern(vp):
+    vp.makeini("[pytest]\nvoiceperf_claim_pattern = ^claim_.*\\.yaml$\n")
+    write(vp, "claim_a.yaml", claim("c-a"))
+    write(vp, "notes.yaml", "not: a claim\n")
+    res = vp.runpytest("--voiceperf", "-v")
+    res.assert_outcomes(passed=1)  # notes.yaml is not read
+    # a file named explicitly is always read
+    res = vp.runpytest("--voiceperf", "claims/notes.yaml")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["*notes.yaml*"])
+    vp.makeini("[pytest]\nvoiceperf_claim_pattern = (\n")
+    res = vp.runpytest("--voiceperf")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*voiceperf_claim_pattern is not a regular expression*"])

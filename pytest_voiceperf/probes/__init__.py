@@ -80,11 +80,20 @@ class ProbeSpec:
         return self.func(ctx, **kwargs)
 
 
+class DuplicateProbe(ValueError):
+    """Two different functions register the same probe name."""
+
+
 class Registry:
     def __init__(self):
         self._probes: dict[str, ProbeSpec] = {}
 
     def add(self, spec: ProbeSpec) -> None:
+        """Add a probe; the same name from a different function is an error (never a silent overwrite)."""
+        old = self._probes.get(spec.name)
+        if old is not None and old.func is not spec.func:
+            raise DuplicateProbe(f"probe {spec.name!r} is defined twice: in {_where(old.func)} and in "
+                                 f"{_where(spec.func)}; rename one of them")
         self._probes[spec.name] = spec
 
     def get(self, name: str) -> ProbeSpec | None:
@@ -95,6 +104,10 @@ class Registry:
 
     def __iter__(self):
         return iter(self._probes.values())
+
+
+def _where(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
 
 def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
@@ -122,28 +135,38 @@ def collect(module) -> list[ProbeSpec]:
     return [obj.voiceperf_probe for obj in vars(module).values() if hasattr(obj, "voiceperf_probe")]
 
 
+ENTRY_POINT_GROUP = "pytest_voiceperf.probes"
+# the built-in probe modules, also registered under ENTRY_POINT_GROUP in pyproject.toml (one path
+# for built-ins and plugins); listed here too for a source checkout that was never installed
 BUILTIN_MODULES = (
     "pytest_voiceperf.probes.hw",
     "pytest_voiceperf.probes.llm",
     "pytest_voiceperf.probes.asr",
     "pytest_voiceperf.probes.tts",
     "pytest_voiceperf.probes.pipeline",
-    "pytest_voiceperf.probes.info",
 )
 
 
-def builtin_registry() -> Registry:
-    """All built-in probes (their modules import no engine or torch at import time)."""
+def load_registry(on_error=None) -> Registry:
+    """Every probe of every module registered under the ``pytest_voiceperf.probes`` entry point
+    group (the built-ins are registered there by this package): the one registry of pytest runs and
+    the CLI. A plugin module that fails to load is reported through ``on_error(message)`` (or
+    raised); a name defined twice is a :class:`DuplicateProbe`."""
     import importlib
+    from importlib.metadata import entry_points
 
     reg = Registry()
-    for modname in BUILTIN_MODULES:
+    modules = {m: m for m in BUILTIN_MODULES}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        modules.setdefault(ep.value, f"{ep.value} (entry point {ep.name!r} of {getattr(ep.dist, 'name', '?')})")
+    for modname, label in modules.items():
         try:
             mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name == modname:
-                continue
-            raise
+        except Exception as exc:  # a broken plugin must not take the built-ins down with it
+            if on_error is None:
+                raise
+            on_error(f"voiceperf probes {label}: {type(exc).__name__}: {exc}")
+            continue
         for spec in collect(mod):
             reg.add(spec)
     return reg

@@ -1,0 +1,111 @@
+"""The plugin's state in one pytest process, below the hooks (plugin.py) and the items (collect.py):
+typed stash keys, the collection-time state, the voiceperf session, resumed cases and the results
+file. Nothing here imports plugin.py, so the hooks and the items share it without an import cycle."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from .gate import Gate
+    from .probes import Registry
+    from .session import Session
+
+FAMILY_MARKS = ("hw", "llm", "asr", "tts", "pipeline")
+
+
+class State:
+    """Collection-time state of the plugin in one pytest process."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.roots: list[Path] = []
+        self.ids: dict[str, str] = {}  # claim id -> "file:line" of its first definition
+        self._registry: Registry | None = None
+        self.results: dict[str, dict] = {}  # nodeid -> result (filled from reports)
+        self.named: set[Path] = set()  # files named on the command line or in --voiceperf-claims
+        self.pattern: re.Pattern = re.compile(r"\.ya?ml$")  # ini voiceperf_claim_pattern
+
+    def pytest_runtest_logreport(self, report):
+        """Results arrive as reports, so the xdist controller sees every worker's."""
+        data = getattr(report, "voiceperf", None)
+        if data is not None and report.when == "call":
+            self.results[report.nodeid] = data
+            if not hasattr(self.config, "workerinput"):
+                write_results(self.config, complete=False)  # a run stopped at any point keeps what it measured
+
+    @property
+    def registry(self) -> Registry:
+        if self._registry is None:
+            from .probes import DuplicateProbe, load_registry
+
+            def warn(msg: str) -> None:  # a broken third-party plugin must not stop the run
+                self.config.issue_config_time_warning(pytest.PytestWarning(msg), 2)
+
+            try:
+                reg = load_registry(on_error=warn)
+                self.config.hook.pytest_voiceperf_add_probes(registry=reg)  # conftest.py and plugins
+            except DuplicateProbe as exc:
+                raise pytest.UsageError(f"voiceperf: {exc}") from None
+            self._registry = reg
+        return self._registry
+
+
+STASH_SESSION = pytest.StashKey["Session"]()
+STASH_STATE = pytest.StashKey[State]()
+STASH_GATE = pytest.StashKey["Gate"]()
+
+
+def get_session(config: pytest.Config) -> Session | None:
+    return config.stash.get(STASH_SESSION, None)
+
+
+_RESUME = pytest.StashKey[dict[str, dict[str, Any]]]()
+
+
+def resumed(config) -> dict:
+    """nodeid -> result of the cases an earlier (interrupted) run finished (--voiceperf-resume)."""
+    path = config.getoption("voiceperf_resume", None)
+    if not path:
+        return {}
+    if _RESUME not in config.stash:
+        from . import results
+
+        try:
+            doc = results.read(path)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--voiceperf-resume: {exc}") from None
+        config.stash[_RESUME] = {r["nodeid"]: r for r in doc["results"]
+                                 if isinstance(r, dict) and r.get("nodeid") and r.get("outcome") != "error"}
+    return config.stash[_RESUME]
+
+
+def kept(config, state) -> list[dict]:
+    """The resumed cases this run did not measure again (they go into its results file)."""
+    ran = {r.get("nodeid") for r in state.results.values()}
+    return [dict(r, resumed=True) for n, r in resumed(config).items() if n not in ran]
+
+
+def write_results(config, complete: bool) -> dict | None:
+    """The results document; written to --voiceperf-json (PATH.partial while the run is not complete;
+    a complete run removes the partial file it wrote on the way)."""
+    state = config.stash.get(STASH_STATE, None)
+    vs = get_session(config)
+    if state is None or vs is None:  # vs is None: sessionstart stopped on a usage error, nothing measured
+        return None
+    from . import results
+
+    vs.complete = complete
+    doc = results.document(vs, kept(config, state) + list(state.results.values()), config)
+    if resumed(config):
+        doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
+    path = config.getoption("voiceperf_json")
+    if path:
+        results.write(path, doc)
+        partial = Path(str(path) + ".partial")
+        if complete and partial.exists():
+            partial.unlink()
+    return doc
