@@ -12,7 +12,7 @@ import re
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,7 +20,7 @@ from . import expr, yamlsafe
 
 ID_RE = r"^[a-z0-9]+(-[a-z0-9]+)*$"
 MAX_CASES = 256
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 KINDS = ("measured", "calculated", "vendor", "principle", "architecture")
 
 
@@ -47,21 +47,21 @@ class _Strict(BaseModel):
 
 class Source(_Strict):
     document: str = Field(description="file name of the source document")
-    section: Optional[str] = Field(None, description="section of the document")
+    section: str | None = Field(None, description="section of the document")
 
 
 class Expect(_Strict):
     """What the metric must satisfy. ``min``/``max`` may be combined; the others stand alone."""
 
-    between: Optional[tuple[float, float]] = Field(None, description="[lo, hi], inclusive")
-    min: Optional[float] = Field(None, description="metric >= min")
-    max: Optional[float] = Field(None, description="metric <= max")
-    approx: Optional[float] = Field(None, description="metric within rel of this value")
-    rel: Optional[float] = Field(None, gt=0, description="relative tolerance for approx (default 0.1)")
-    equals: Optional[float] = Field(None, description="metric == value (for exact counts)")
+    between: tuple[float, float] | None = Field(None, description="[lo, hi], inclusive")
+    min: float | None = Field(None, description="metric >= min")
+    max: float | None = Field(None, description="metric <= max")
+    approx: float | None = Field(None, description="metric within rel of this value")
+    rel: float | None = Field(None, gt=0, description="relative tolerance for approx (default 0.1)")
+    equals: float | None = Field(None, description="metric == value (for exact counts)")
 
     @model_validator(mode="after")
-    def _one_form(self) -> "Expect":
+    def _one_form(self) -> Expect:
         forms = [k for k in ("between", "approx", "equals") if getattr(self, k) is not None]
         bounds = self.min is not None or self.max is not None
         if len(forms) + bool(bounds) != 1:
@@ -112,7 +112,7 @@ def _g(x: float) -> str:
 
 class Xfail(_Strict):
     reason: str = Field(description="why this case is expected to fail")
-    when: Optional[str] = Field(None, description="expression over params; absent = always")
+    when: str | None = Field(None, description="expression over params; absent = always")
     strict: bool = Field(True, description="an unexpected pass fails the run (default true)")
 
 
@@ -120,10 +120,10 @@ class Reference(BaseModel):
     """The document's own figures, reported beside the runner's (never asserted)."""
 
     model_config = ConfigDict(extra="allow")
-    value: Optional[Union[str, float]] = None
-    hardware: Optional[str] = None
-    engine: Optional[str] = None
-    note: Optional[str] = None
+    value: str | float | None = None
+    hardware: str | None = None
+    engine: str | None = None
+    note: str | None = None
 
 
 class MeasureCall(BaseModel):
@@ -134,23 +134,23 @@ class MeasureCall(BaseModel):
 
 
 class Noise(_Strict):
-    max_rel_spread: Optional[float] = Field(None, gt=0, description="no longer used (kept so older files load): "
+    max_rel_spread: float | None = Field(None, gt=0, description="no longer used (kept so older files load): "
                                             "verdicts come from a confidence interval over rounds; see rounds")
 
 
 class Rounds(_Strict):
     """How many independent rounds decide the case (a round: the probes' warm-up and repetitions)."""
 
-    min: Optional[int] = Field(None, ge=1, le=50, description="rounds taken before deciding (default: ini voiceperf_min_rounds)")
-    max: Optional[int] = Field(None, ge=1, le=50, description="rounds at most while the interval straddles the bound "
+    min: int | None = Field(None, ge=1, le=50, description="rounds taken before deciding (default: ini voiceperf_min_rounds)")
+    max: int | None = Field(None, ge=1, le=50, description="rounds at most while the interval straddles the bound "
                                                              "(default: ini voiceperf_max_rounds)")
-    seconds: Optional[float] = Field(None, gt=0, description="time the added rounds may take "
+    seconds: float | None = Field(None, gt=0, description="time the added rounds may take "
                                                             "(default: ini voiceperf_round_seconds)")
-    floor: Optional[float] = Field(None, ge=0, le=1, description="the interval is at least the figure ± this "
+    floor: float | None = Field(None, ge=0, le=1, description="the interval is at least the figure ± this "
                                                                 "fraction (run-to-run drift; default: ini voiceperf_noise_floor)")
 
     @model_validator(mode="after")
-    def _order(self) -> "Rounds":
+    def _order(self) -> Rounds:
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"rounds: min {self.min} is above max {self.max}")
         return self
@@ -159,24 +159,24 @@ class Rounds(_Strict):
 class ClaimModel(_Strict):
     id: str = Field(pattern=ID_RE, max_length=120, description="unique kebab-case id")
     title: str
-    source: Optional[Source] = None
+    source: Source | None = None
     statement: str
     kind: Literal["measured", "calculated", "vendor", "principle", "architecture"] = "measured"
     params: dict[str, list[Scalar]] = Field(default_factory=dict, description="lists expand to a cartesian product")
-    measure: dict[str, Union[str, MeasureCall]] = Field(description="alias -> probe name or {probe: name, args...}")
+    measure: dict[str, str | MeasureCall] = Field(description="alias -> probe name or {probe: name, args...}")
     metric: str = Field(description="safe expression over alias.output, params and math functions")
     unit: str = ""
     expect: Expect
     requires: list[str] = Field(default_factory=list, description="cuda, cpu, gpus>=N, module:NAME, weights:MODEL, data:NAME")
-    xfail: Optional[Xfail] = None
-    reference: Optional[Reference] = None
+    xfail: Xfail | None = None
+    reference: Reference | None = None
     profiles: dict[str, str] = Field(default_factory=dict, description="profile -> expression selecting the cases it runs")
-    timeout: Optional[float] = Field(None, gt=0, description="seconds for one case (default: ini voiceperf_timeout)")
+    timeout: float | None = Field(None, gt=0, description="seconds for one case (default: ini voiceperf_timeout)")
     marks: list[str] = Field(default_factory=list)
     noise: Noise = Field(default_factory=Noise)
     rounds: Rounds = Field(default_factory=Rounds)
-    higher_is_better: Optional[bool] = Field(None, description="direction for the baseline gate (default: from expect)")
-    tolerance: Optional[float] = Field(None, ge=0, description="relative change the gate tolerates (default: ini)")
+    higher_is_better: bool | None = Field(None, description="direction for the baseline gate (default: from expect)")
+    tolerance: float | None = Field(None, ge=0, description="relative change the gate tolerates (default: ini)")
 
     @field_validator("params")
     @classmethod
@@ -231,7 +231,7 @@ class ProbeCall:
 class Case:
     """One parametrized instance of a claim (one pytest item)."""
 
-    claim: "Claim"
+    claim: Claim
     params: dict[str, Any]
     ident: str  # e.g. "qwen3-0.6b-bf16"
 

@@ -31,9 +31,9 @@ class ClaimFile(pytest.File):
             return
         first = state.ids.get(claim.id)
         if first is not None:
-            err = ClaimError(self.nodeid, claim.line("id"),
+            dup = ClaimError(self.nodeid, claim.line("id"),
                              f"duplicate claim id {claim.id!r}: it is already defined at {first}; give this one another id")
-            yield InvalidClaimItem.from_parent(self, name=claim.id, error=err)
+            yield InvalidClaimItem.from_parent(self, name=claim.id, error=dup)
             return
         state.ids[claim.id] = f"{self.nodeid}:{claim.line('id')}"
         for case in claim.cases():

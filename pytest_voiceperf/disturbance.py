@@ -161,7 +161,7 @@ class Watch:
     gpu0: dict | None = None
     ok: bool = True
 
-    def start(self) -> "Watch":
+    def start(self) -> Watch:
         try:
             self.cpu0 = _cpu_by_pid()
         except Exception:  # psutil missing or /proc unreadable: nothing to watch, say so in the record

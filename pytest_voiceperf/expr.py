@@ -13,7 +13,8 @@ from __future__ import annotations
 import ast
 import math
 import statistics
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import simpleeval
 

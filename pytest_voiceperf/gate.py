@@ -76,10 +76,13 @@ def _disturbed(result: dict) -> bool:
         result.get("outcome") == "unmeasured" and bool(result.get("disturbed")))
 
 
-def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | None, list, float | None, bool, bool]]:
+Figure = tuple[str, "str | None", list, "float | None", bool, bool]
+
+
+def figures(result: dict, all_figures: bool = False) -> list[Figure]:
     """(figure name, dedup key or None, round values, value, higher_is_better, exact) this result
     offers; exact: a count or a figure that does not vary (compared as it is, without rounds)."""
-    out = []
+    out: list[Figure] = []
     hib = result.get("higher_is_better")
     rounds_ok = _rounds_of(result)
     if hib is not None and result.get("value") is not None:
@@ -96,7 +99,7 @@ def figures(result: dict, all_figures: bool = False) -> list[tuple[str, str | No
             key = f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}.{name}"
             exact = rounds_ok and not samples.get(name)  # a probe without samples is deterministic
             out.append((f"{alias}.{name} [{units[name]}]", key, list(samples.get(name) or []) if rounds_ok else [],
-                        p["values"].get(name), direction_of_unit(units[name]), exact))
+                        p["values"].get(name), bool(direction_of_unit(units[name])), exact))
     return out
 
 
@@ -117,7 +120,7 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
                    all_figures: bool = False, seen: set | None = None,
                    drift_old: dict | None = None, drift_new: dict | None = None) -> list[Comparison]:
     out = []
-    tol = new.get("tolerance") if new.get("tolerance") is not None else tolerance
+    tol = float(new["tolerance"]) if new.get("tolerance") is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = _disturbed(new) or _disturbed(old)
     for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):

@@ -8,7 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .report import MARK, row, interval_text
+from .report import MARK, interval_text, row
 from .results import read
 
 COLORS = {"passed": "#1a7f37", "failed": "#cf222e", "error": "#cf222e", "xfailed": "#9a6700",
@@ -289,12 +289,14 @@ def write_report(results_path: str, out_dir: str) -> dict:
                    for t, n in plots)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>voiceperf report</title>
 <style>body{{font:14px/1.4 system-ui,sans-serif;margin:24px;max-width:1200px;color:#1f2328}}
-table{{border-collapse:collapse;font-size:12px;width:100%}}td,th{{border-bottom:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top}}
+table{{border-collapse:collapse;font-size:12px;width:100%}}
+td,th{{border-bottom:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top}}
 th{{background:#f6f8fa}}td.why{{color:#57606a;font-size:11px;max-width:380px}}
 figure{{display:inline-block;margin:8px;vertical-align:top}}img{{max-width:560px;border:1px solid #d0d7de}}
 .meta{{color:#57606a}}</style></head><body>
 <h1>voiceperf report</h1>
-<p class="meta">{html.escape(str(prov.get('device_name')))} ({html.escape(str(prov.get('device')))}) · profile {html.escape(str(prov.get('profile')))}
+<p class="meta">{html.escape(str(prov.get('device_name')))}
+ ({html.escape(str(prov.get('device')))}) · profile {html.escape(str(prov.get('profile')))}
  · {html.escape(str(prov.get('created')))} · commit {html.escape(str(prov.get('git_commit'))[:10])}
  · {html.escape(str(prov.get('packages', {})))}</p>
 <h2>{html.escape(summary)}{'' if prov.get('complete', True) else ' (INCOMPLETE RUN)'}</h2>

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from .probes import EngineError, Unmeasured
-from .state import (FAMILY_MARKS, STASH_GATE, STASH_SESSION, STASH_STATE, State, get_session, kept, resumed,
-                    write_results)
+from .state import FAMILY_MARKS, STASH_GATE, STASH_SESSION, STASH_STATE, State, get_session, kept, resumed, write_results
 
 
 def pytest_addhooks(pluginmanager):

@@ -20,8 +20,8 @@ from .engines import EnginePool
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, spread
 from .verdict import fmt_value, judge
 
-# which ceiling a figure is checked against: implied key -> (probe, args, output)
-CEILINGS = {
+# which ceiling a figure is checked against: implied key -> (probe, args, output, label)
+CEILINGS: dict[str, tuple[str, dict, str, str]] = {
     "read_bw": ("hw.read_bandwidth", {}, "read_bw", "measured read bandwidth"),
 }
 
@@ -134,7 +134,7 @@ def _device_name(device: str) -> str:
 class ProbeContext:
     """What a probe function sees: the device, other probes, engines, models, progress."""
 
-    def __init__(self, session: "Session", deadline: float, round: int | None = None, attempt: int = 0):
+    def __init__(self, session: Session, deadline: float, round: int | None = None, attempt: int = 0):
         self.session = session
         self.deadline = deadline
         # the round being measured (None outside a round): a probe that calls another probe gets
@@ -212,7 +212,7 @@ class Session:
         self.device = _resolve_device(options.device)
         self.device_name = _device_name(self.device) if self.device != "cuda-missing" else "none"
         self.profile = options.profile or ("cuda" if self.device == "cuda" else "cpu")
-        self._cache: dict[str, Measurement | Unmeasured] = {}
+        self._cache: dict[str, Probed | Unmeasured] = {}  # probe call -> its rounds, or why it cannot run
         self.results: list[CaseResult] = []
         self.models_used: dict[str, dict] = {}
         self.started = time.time()
@@ -234,20 +234,21 @@ class Session:
             self.measure_round(name, args, ctx, 0)
         return pr.aggregate()
 
-    def probed(self, name: str, args: dict) -> "Probed | None":
+    def probed(self, name: str, args: dict) -> Probed | None:
         hit = self._cache.get(_key(name, args))
         return hit if isinstance(hit, Probed) else None
 
-    def _probed(self, name: str, args: dict) -> "Probed":
+    def _probed(self, name: str, args: dict) -> Probed:
         key = _key(name, args)
         hit = self._cache.get(key)
         if isinstance(hit, Unmeasured):
             raise hit
-        if hit is None:
-            if self.registry.get(name) is None:
-                raise Unmeasured(f"unknown probe {name!r}")
-            hit = self._cache[key] = Probed(name, args)
-        return hit
+        if isinstance(hit, Probed):
+            return hit
+        if self.registry.get(name) is None:
+            raise Unmeasured(f"unknown probe {name!r}")
+        pr = self._cache[key] = Probed(name, args)
+        return pr
 
     def measure_round(self, name: str, args: dict, ctx: ProbeContext, r: int) -> Measurement:
         """Round ``r`` of the probe (taking rounds until it exists; disturbed rounds are dropped and
@@ -268,7 +269,7 @@ class Session:
         """Probes without an engine of their own that call engine probes (pipeline.turn)."""
         return spec.name.startswith("pipeline.")
 
-    def _take_round(self, spec, pr: "Probed", ctx: ProbeContext) -> None:
+    def _take_round(self, spec, pr: Probed, ctx: ProbeContext) -> None:
         from .disturbance import ENGINE_LIMIT, Watch, wait_quiet
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
@@ -465,13 +466,13 @@ class Session:
     def _exact_metric(self, metric: str, calls) -> bool:
         """True when the metric reads only outputs its probes declare exact (counts of a deterministic
         computation: frames, FLOPs, bytes, calls)."""
-        by_alias = {c.alias: self.registry.get(c.probe) for c in calls}
+        exact = {c.alias: (spec.exact if (spec := self.registry.get(c.probe)) else frozenset()) for c in calls}
         refs = expr.references(metric)
-        return bool(refs) and all(by_alias.get(a) is not None and out in by_alias[a].exact for a, out in refs)
+        return bool(refs) and all(out in exact.get(a, frozenset()) for a, out in refs)
 
     def _evaluate(self, claim, calls, names: dict, n: int) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
-        probed = [(c.alias, self.probed(c.probe, c.args)) for c in calls]
+        probed = [(c.alias, self._probed(c.probe, c.args)) for c in calls]
         exact = self._exact_metric(claim.metric, calls)
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
@@ -498,7 +499,7 @@ class Session:
                                           "exact: the probes' figures do not vary between repetitions" if det
                                           else "one round")
         else:
-            ci = stats.interval(values)
+            ci = stats.interval(values) or (value, value)
             method = stats.CI_METHOD
             floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
             if len(set(values)) == 1 and len(set(reps)) <= 1:
@@ -610,13 +611,16 @@ class Session:
         the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 5%; the
         gate does not compare figures of a probe call whose ceiling moved beyond its tolerance)."""
         outs = {"hw.read_bandwidth": "read_bw", "hw.copy_bandwidth": "copy_bw", "hw.matmul": "flops"}
-        for key, pr in list(self._cache.items()):
+        for pr in list(self._cache.values()):
             if not isinstance(pr, Probed) or pr.name not in outs or not pr.rounds or pr.deterministic:
                 continue
             out = outs[pr.name]
             try:
+                spec = self.registry.get(pr.name)
+                if spec is None:
+                    continue
                 with self.timing.phase(timing.CEILINGS_END):
-                    m = self.registry.get(pr.name)(ProbeContext(self, time.monotonic() + 120, round=None,
+                    m = spec(ProbeContext(self, time.monotonic() + 120, round=None,
                                                                 attempt=10_000), **pr.args)
             except Exception as exc:  # the end check must never lose the run's results
                 self.ceilings_end.append({"probe": pr.name, "args": pr.args, "error": str(exc)[:200]})

@@ -76,7 +76,7 @@ def test_cer_scores_on_a_tiny_manifest(tmp_path):
 
 def test_cer_unmeasured_without_weights_or_manifest(vp):
     """CER of random weights means nothing: unmeasured with the reason, without starting an engine."""
-    m = "c: {probe: asr.cer, chunk_ms: 80, model: %s, manifest: ko}" % TINY
+    m = f"c: {{probe: asr.cer, chunk_ms: 80, model: {TINY}, manifest: ko}}"
     write(vp, "cer", claim("asr-t-cer", m, "c.cer", "{max: 0.1}"))
     write(vp, "cer-req", claim("asr-t-cer-req", m, "c.cer", "{max: 0.1}",
                                extra=f'requires: ["weights:{TINY}", "data:ko"]\n'))

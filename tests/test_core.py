@@ -120,7 +120,7 @@ def test_figure_above_measured_ceiling_is_invalid_not_a_pass(vp):
     # implies 1 PB/s of reads: no memory system does that; the real read bandwidth is measured
     write(vp, "c.yaml", claim("c-c", measure="m: {probe: t.const, implies_bw: 1.0e15}",
                               extra="measure_note: x\n".replace("measure_note: x\n", "")))
-    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
     doc = json.loads((vp.path / "o.json").read_text())
     r = doc["results"][0]
     assert r["outcome"] == "unmeasured"

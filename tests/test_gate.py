@@ -1,7 +1,7 @@
 """The baseline gate and the voiceperf CLI, as a user runs them."""
 import json
-import sys
 import re
+import sys
 
 from helpers import claim
 

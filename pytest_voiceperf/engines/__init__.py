@@ -28,9 +28,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .. import timing as _timing
 from ..probes import EngineError, Unmeasured
@@ -93,7 +93,7 @@ class EngineProcess:
 
     def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
                  env: dict | None = None, progress: Callable[[str], None] | None = None,
-                 timing: _timing.Timing | None = None, on_spawn: Callable[["EngineProcess"], None] | None = None):
+                 timing: _timing.Timing | None = None, on_spawn: Callable[[EngineProcess], None] | None = None):
         self.family = family
         self.spec = spec
         self.progress = progress or (lambda msg: None)
@@ -109,6 +109,8 @@ class EngineProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             env=penv, start_new_session=True,
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self._in, self._out = self.proc.stdin, self.proc.stdout
         self._buf = b""
         self.info: dict = {}
         self.last_warmup_s = 0.0
@@ -133,12 +135,12 @@ class EngineProcess:
         if self.proc.poll() is not None:
             raise self._died(what)
         try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            self.proc.stdin.flush()
+            self._in.write((json.dumps(msg) + "\n").encode())
+            self._in.flush()
         except (BrokenPipeError, OSError):
             raise self._died(what) from None
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
+        fd = self._out.fileno()
         while True:
             while b"\n" in self._buf:
                 line, self._buf = self._buf.split(b"\n", 1)
@@ -196,8 +198,8 @@ class EngineProcess:
     def close(self, timeout: float = 10.0) -> None:
         if self.alive:
             try:
-                self.proc.stdin.write(b'{"op": "stop"}\n')
-                self.proc.stdin.flush()
+                self._in.write(b'{"op": "stop"}\n')
+                self._in.flush()
                 self.proc.wait(timeout=timeout)
             except (Exception, KeyboardInterrupt):  # a second Ctrl-C while stopping: kill it instead
                 pass

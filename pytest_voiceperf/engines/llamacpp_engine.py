@@ -25,8 +25,8 @@ GGUF_CACHE = os.path.join(tempfile.gettempdir(), "voiceperf-gguf")
 
 def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict:
     """Write a Qwen3-architecture GGUF with random weights; returns {name: bytes} of its tensors."""
-    import numpy as np
     import gguf
+    import numpy as np
 
     rng = np.random.default_rng(seed)
     h, L, inter, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]

@@ -110,7 +110,7 @@ def install_wandb_stub() -> str:
 
         return unavailable
 
-    mod.__getattr__ = _missing
+    setattr(mod, "__getattr__", _missing)  # noqa: B010  (a module-level __getattr__, PEP 562)
     sys.modules["wandb"] = mod
     return "stub (not installed)"
 
@@ -123,9 +123,9 @@ class Engine:
         self.wandb = install_wandb_stub()
         try:
             import torch
-            from omegaconf import OmegaConf
             from nemo.collections.tts.models import AudioCodecModel
             from nemo.collections.tts.models.magpietts import MagpieTTSModel
+            from omegaconf import OmegaConf
         except Exception as exc:  # NeMo's TTS collection needs extra packages (lhotse, wandb, ...)
             raise Unmeasured(f"NeMo's Magpie TTS cannot be imported ({type(exc).__name__}: {exc}); "
                              "pip install 'nemo_toolkit[tts]'") from None

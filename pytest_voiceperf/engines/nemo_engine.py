@@ -27,6 +27,7 @@ import statistics
 import time
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 from .worker import progress, warming
 
@@ -203,7 +204,7 @@ class Engine:
         pre = m.cfg.preprocessor
         self.window_stride = float(pre.get("window_stride", 0.01))
         self.sample_rate = int(pre.get("sample_rate", 16000))
-        self._audio_cache: dict[str, object] = {}
+        self._audio_cache: dict[str, Any] = {}
 
     # -- helpers ------------------------------------------------------------------------
     def info(self) -> dict:
@@ -334,7 +335,7 @@ class Engine:
         """One timed encoder pass: (encoded, lengths, seconds, FLOPs or None)."""
         from torch.utils.flop_counter import FlopCounterMode
 
-        fc = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
+        fc: Any = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
         self._sync()
         t0 = time.perf_counter()
         with self.torch.inference_mode(), self._autocast(), fc:

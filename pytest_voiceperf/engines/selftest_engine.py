@@ -19,7 +19,7 @@ class Engine:
             raise RuntimeError("engine refused to start (fail_start)")
         self.model = model
         self.pid = os.getpid()
-        self.hog = []
+        self.hog: list = []
 
     def info(self) -> dict:
         return {"engine": "selftest", "pid": self.pid, "model": self.model}

@@ -38,6 +38,8 @@ import sys
 import tempfile
 import time
 import types
+from collections.abc import Sequence
+from typing import Any
 
 from .worker import progress, warming
 
@@ -60,12 +62,12 @@ def install_torchaudio_stub() -> str:
     def unavailable(*_a, **_k):
         raise RuntimeError("torchaudio is a stub in this pytest-voiceperf engine worker (VoxCPM2 does not use it)")
 
-    mod = types.ModuleType("torchaudio")
+    mod: Any = types.ModuleType("torchaudio")
     mod.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
     mod.__version__ = "0+voiceperf.stub"
     mod.load = unavailable
     mod.save = unavailable
-    functional = types.ModuleType("torchaudio.functional")
+    functional: Any = types.ModuleType("torchaudio.functional")
     functional.__spec__ = importlib.machinery.ModuleSpec("torchaudio.functional", None)
     functional.resample = unavailable
     mod.functional = functional
@@ -204,7 +206,7 @@ class Engine:
             with warming():
                 self._whole(n, timesteps)
         self._reset_peak()
-        times = {n: [] for n in patches}
+        times: dict[int, list[float]] = {n: [] for n in patches}
         samples = {}
         for r in range(int(reps)):
             progress(f"voxcpm: synthesis round {r + 1}/{reps} over {len(patches)} lengths")
@@ -217,7 +219,7 @@ class Engine:
         out.update(self._peak())
         return out
 
-    def steps(self, timesteps: list[int], patches: list[int] = (4, 16), reps: int = 3) -> dict:
+    def steps(self, timesteps: list[int], patches: Sequence[int] = (4, 16), reps: int = 3) -> dict:
         """Whole-utterance time at two lengths for each diffusion step count.
 
         The per-patch cost is the time difference between the two lengths divided by the patch
@@ -230,7 +232,7 @@ class Engine:
                 progress(f"voxcpm: warm-up at {n} patches, {t} diffusion steps")
                 with warming():
                     self._whole(n, t)
-        times = {(t, n): [] for t in timesteps for n in patches}
+        times: dict[tuple[int, int], list[float]] = {(t, n): [] for t in timesteps for n in patches}
         for r in range(int(reps)):
             progress(f"voxcpm: steps round {r + 1}/{reps} over {timesteps} steps")
             for t in timesteps:
@@ -245,7 +247,7 @@ class Engine:
         with warming():
             self._stream(n, timesteps)
         runs = []
-        for r in range(int(reps)):
+        for _r in range(int(reps)):
             arrivals, sizes = self._stream(n, timesteps)
             runs.append({"arrivals": arrivals, "sizes": sizes})
         return {"patches": n, "timesteps": int(timesteps), "runs": runs, "sample_rate": self.sample_rate}

@@ -17,8 +17,9 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from typing import TextIO
 
-_proto = None
+_proto: TextIO | None = None  # the protocol channel (a private copy of the original stdout)
 _warmup_s = 0.0  # seconds of the current request spent warming up (reported to the parent)
 
 
@@ -60,6 +61,7 @@ def progress(msg: str) -> None:
 
 
 def _reply(obj: dict) -> None:
+    assert _proto is not None
     obj["warmup_s"] = round(_warmup_s, 4)
     _proto.write(json.dumps(obj, default=_default) + "\n")
     _proto.flush()
@@ -84,8 +86,8 @@ def main(argv: list[str]) -> int:
     _proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from . import FAMILIES
     from ..probes import Unmeasured
+    from . import FAMILIES
 
     global _warmup_s
     threading.Thread(target=_watch_parent, name="voiceperf-parent-watch", daemon=True).start()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 import statistics
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 
 class Unmeasured(Exception):

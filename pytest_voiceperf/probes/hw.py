@@ -6,7 +6,9 @@ Buffers are far larger than the last-level cache.
 """
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 
 from . import Measurement, Unmeasured, probe, summarize
 
@@ -76,7 +78,7 @@ def read_bandwidth(ctx, mib: int = 0, dtype: str = "float32", reps: int = 0):
     dt = getattr(torch, dtype)
     n = nbytes_total // torch.tensor([], dtype=dt).element_size()
     x = torch.rand(n, device=ctx.device, dtype=torch.float32).to(dt)
-    methods = {f"sum-{dtype}": (lambda: x.sum(), x.numel() * x.element_size())}
+    methods: dict[str, tuple[Callable, int]] = {f"sum-{dtype}": (lambda: x.sum(), x.numel() * x.element_size())}
     if ctx.device == "cpu":
         cols = 4096
         for mdt in ("float32", "bfloat16"):
@@ -84,7 +86,7 @@ def read_bandwidth(ctx, mib: int = 0, dtype: str = "float32", reps: int = 0):
             A = x.to(t) if x.dtype != t else x
             A = A[: (A.numel() // cols) * cols].view(-1, cols)
             v = torch.rand(cols, dtype=torch.float32).to(t)
-            methods[f"mv-{mdt}"] = ((lambda A=A, v=v: torch.mv(A, v)), A.numel() * A.element_size())
+            methods[f"mv-{mdt}"] = (functools.partial(torch.mv, A, v), A.numel() * A.element_size())
     results = {}
     for name, (fn, nbytes) in methods.items():
         times = _timer(ctx, fn, warmup=3, reps=reps)

@@ -230,7 +230,8 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
 @probe("llm.prefill", engine="llm", engine_key=_key,
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
                 "ttft_s": "s", "non_embedding_params": "", "cached_tokens": "tokens"},
-       exact=("prompt_len", "non_embedding_params"), choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
+       exact=("prompt_len", "non_embedding_params"),
+       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
 def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
             prompt_len: int = 1024, reps: int = 0, cache: str = "off"):
     """Prefill tok/s of one request (max_tokens=1) with distinct random prompts; ``cache: on`` repeats
@@ -266,7 +267,7 @@ def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "
 
 
 # -- batch sweep -------------------------------------------------------------------------------
-def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -> list[dict]:
+def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -> tuple[list[dict], dict]:
     rows: list[dict] = []
     b = 1
     while True:
