@@ -2,7 +2,9 @@
 import json
 import re
 import sys
+from pathlib import Path
 
+import pytest
 from helpers import claim
 
 
@@ -172,3 +174,25 @@ def test_cli_merge_joins_a_split_suite_and_refuses_mixed_engines(vp):
     res = vp.run(*cli, "merge", "all.json", "tf.json", "-o", "bad.json")
     assert res.ret == 2 and not (vp.path / "bad.json").exists()
     res.stderr.fnmatch_lines(["refusing to merge: *c-rate* measured by vllm in again.json and by transformers in tf.json*"])
+
+
+# -- every results file kept in the repository still loads ------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+KEPT = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "results").rglob("*.json*")
+              if p.suffix in (".json", ".partial") and "report" not in p.parts)
+
+
+@pytest.mark.parametrize("path", KEPT)
+def test_kept_results_files_load_in_compare_report_and_merge(path, tmp_path):
+    """Files written by every earlier version (before rounds, with rounds, partial ones) load in the
+    gate, the report and merge; comparing a file with itself never finds a regression."""
+    from pytest_voiceperf import gate, html_report, results
+
+    doc = results.read(ROOT / path)
+    g = gate.Gate(path, doc, tolerance=0.05, alpha=0.05)
+    for r in doc["results"]:
+        assert all(c.verdict != "regressed" for c in g.check(r)), r["nodeid"]
+    merged, _ = results.merge([(path, doc), (path, doc)])
+    assert len(merged["results"]) == len({r["nodeid"] for r in doc["results"]})
+    out = html_report.write_report(str(ROOT / path), str(tmp_path / "report"))
+    assert Path(out["html"]).exists() and Path(out["markdown"]).exists()
