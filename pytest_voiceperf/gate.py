@@ -233,6 +233,24 @@ class Gate:
         self.seen.append((result["nodeid"], comps))
         return comps
 
+    def apply(self, result, location: str, name: str) -> str | None:
+        """Compare a finished case (a CaseResult) with the baseline: its ``baseline`` field is filled;
+        a regressed figure turns the case failed. Returns the report text when it regressed."""
+        if not ((result.probes or result.disturbed) and
+                result.outcome in ("passed", "failed", "xpassed", "unmeasured")):
+            return None
+        comps = self.check(result.to_json())
+        result.baseline = [c.__dict__ for c in comps]
+        regressed = [c for c in comps if c.verdict == "regressed"]
+        if not regressed:
+            return None
+        text = "\n".join("  " + c.text() for c in regressed)
+        result.outcome = "failed"
+        result.reason = "regressed: " + "; ".join(c.text() for c in regressed)
+        return (f"{location}: claim {name} regressed against baseline {self.baseline_path}\n{text}\n"
+                f"  (the whole interval of the change between rounds is beyond the {self.tolerance * 100:g}% "
+                f"tolerance; alpha {self.alpha:g} over {self.n_figures} figures)")
+
     def counts(self) -> dict[str, int]:
         c: dict[str, int] = {}
         for _, comps in self.seen:

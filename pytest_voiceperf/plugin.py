@@ -154,7 +154,7 @@ def pytest_sessionstart(session):
     config = session.config
     if not _enabled(config):
         return
-    from .session import Options, Session
+    from .session import Options, VoiceperfSession
 
     def ini_float(name):
         try:
@@ -186,7 +186,7 @@ def pytest_sessionstart(session):
 
         torch.set_num_threads(threads)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    vs = Session(opts, config.stash[STASH_STATE].registry, config.rootpath, reporter=reporter, worker=worker)
+    vs = VoiceperfSession(opts, config.stash[STASH_STATE].registry, config.rootpath, reporter=reporter, worker=worker)
     if reporter is not None:
         reporter._vp_quiet = config.get_verbosity() < 0
     config.stash[STASH_SESSION] = vs
@@ -277,64 +277,45 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     from .collect import ClaimItem, InvalidClaimItem
 
-    if not isinstance(item, (ClaimItem, InvalidClaimItem)):
-        return
-    rep = outcome.get_result()
+    if isinstance(item, (ClaimItem, InvalidClaimItem)):
+        apply_verdict(item, call, outcome.get_result())
+
+
+def apply_verdict(item, call, rep) -> None:
+    """The case's verdict (verdict.outcome_of) and the baseline gate (Gate.apply) onto its report."""
+    from .collect import InvalidClaimItem
+    from .verdict import outcome_of
+
     if call.when != "call":
         if rep.failed:
             rep.voiceperf_outcome = "error"
         return
     exc = call.excinfo.value if call.excinfo else None
+    if isinstance(item, InvalidClaimItem) and not isinstance(exc, (EngineError, Unmeasured)):
+        exc = EngineError(str(exc) if exc else "invalid claim")  # a claim file that does not load
     result = item.result
-    strict = item.config.getoption("voiceperf_strict")
-    if isinstance(exc, Unmeasured):
-        result.outcome = "unmeasured"
-        result.reason = str(exc)
-        if hasattr(rep, "wasxfail"):
-            del rep.wasxfail
-        if strict:
-            rep.outcome = "failed"
-            rep.longrepr = f"{item.location_str()}: unmeasured (--voiceperf-strict): {exc}"
-        else:
-            rep.outcome = "skipped"
-            rep.longrepr = (str(item.path), item.line, f"unmeasured: {exc}")
-    elif isinstance(exc, EngineError) or isinstance(item, InvalidClaimItem):
-        result.outcome = "error"
-        result.reason = str(exc)
-        rep.outcome = "failed"
-        if hasattr(rep, "wasxfail"):
-            del rep.wasxfail
-    elif hasattr(rep, "wasxfail"):
-        result.outcome = "xfailed" if rep.skipped else "xpassed"
-        result.reason = rep.wasxfail
-    elif rep.failed and exc is None and getattr(item, "xfail_reason", None):
-        result.outcome = "xpassed"  # strict xfail: the unexpected pass fails the run
-        result.reason = f"unexpectedly passed (strict xfail): {item.xfail_reason}"
-    elif rep.passed:
-        result.outcome = "passed"
-    elif rep.failed:
-        result.outcome = "failed"
-        if result.reason == "" and exc is not None:
-            result.reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+    out = outcome_of(exc, report=rep.outcome, wasxfail=getattr(rep, "wasxfail", None),
+                     xfail_reason=getattr(item, "xfail_reason", None),
+                     strict=item.config.getoption("voiceperf_strict"), location=item.location_str(),
+                     reason=result.reason)
+    result.outcome, result.reason = out.outcome, out.reason
+    if out.outcome in ("unmeasured", "error") and hasattr(rep, "wasxfail"):
+        del rep.wasxfail  # xfail applies to decided outcomes only
+    rep.outcome = out.report
+    if out.longrepr is not None:
+        rep.longrepr = out.longrepr
+    elif out.skip_text is not None:
+        rep.longrepr = (str(item.path), item.line, out.skip_text)
     result.duration_s = round(call.duration, 3)
     g = item.config.stash.get(STASH_GATE, None)
-    if g is not None and (result.probes or result.disturbed) and \
-            result.outcome in ("passed", "failed", "xpassed", "unmeasured"):
-        comps = g.check(result.to_json())
-        result.baseline = [c.__dict__ for c in comps]
-        regressed = [c for c in comps if c.verdict == "regressed"]
-        if regressed:
-            text = "\n".join("  " + c.text() for c in regressed)
-            msg = (f"{item.location_str()}: claim {item.name} regressed against baseline {g.baseline_path}\n{text}\n"
-                   f"  (the whole interval of the change between rounds is beyond the {g.tolerance * 100:g}% tolerance; "
-                   f"alpha {g.alpha:g} over {g.n_figures} figures)")
-            if result.outcome in ("passed", "unmeasured"):  # a figure that got worse fails even so
+    if g is not None:
+        msg = g.apply(result, item.location_str(), item.name)
+        if msg is not None:
+            if rep.outcome in ("passed", "skipped"):  # a figure that got worse fails even so
                 rep.outcome = "failed"
                 rep.longrepr = msg
             else:
                 rep.longrepr = f"{rep.longrepr}\n{msg}"
-            result.outcome = "failed"
-            result.reason = "regressed: " + "; ".join(c.text() for c in regressed)
     rep.voiceperf_outcome = result.outcome
     rep.voiceperf = result.to_json()
     rep.user_properties.append(("voiceperf_outcome", result.outcome))
@@ -421,12 +402,12 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def voiceperf(request):
     """The voiceperf session for checks written in Python: ``voiceperf.probe("hw.read_bandwidth")``."""
-    from .session import Options, ProbeContext, Session
+    from .session import Options, ProbeContext, VoiceperfSession
 
     vs = get_session(request.config)
     if vs is None:
         state = request.config.stash.get(STASH_STATE, None) or State(request.config)
-        vs = Session(Options(device=request.config.getoption("voiceperf_device"),
+        vs = VoiceperfSession(Options(device=request.config.getoption("voiceperf_device"),
                              disturbed_cpu=_disturbed_cpu(request.config)), state.registry,
                      request.config.rootpath)
         request.addfinalizer(vs.close)

