@@ -20,10 +20,10 @@ per run however many claims share it. ``all_figures`` compares every output with
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
+from .probes import call_key
 from .stats import MIN_ROUNDS_GATE, compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
@@ -96,7 +96,7 @@ def figures(result: dict, all_figures: bool = False) -> list[Figure]:
         if not all_figures:
             names = names[:1]
         for name in names:
-            key = f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}.{name}"
+            key = f"{call_key(str(p.get('probe')), p.get('args'))}.{name}"
             exact = rounds_ok and not samples.get(name)  # a probe without samples is deterministic
             out.append((f"{alias}.{name} [{units[name]}]", key, list(samples.get(name) or []) if rounds_ok else [],
                         p["values"].get(name), bool(direction_of_unit(units[name])), exact))
@@ -111,7 +111,7 @@ def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
     for c in (provenance or {}).get("ceilings_end") or []:
         ch = c.get("change")
         if ch is not None and abs(ch) > tolerance:
-            key = f"{c['probe']}{json.dumps(c.get('args'), sort_keys=True, default=str)}"
+            key = call_key(c["probe"], c.get("args"))
             out[key] = f"{c['probe']} {c.get('args') or ''} moved {ch * 100:+.1f}% when measured again at the end of the run"
     return out
 
@@ -165,8 +165,7 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
 
 
 def _probe_keys(result: dict) -> list[str]:
-    return [f"{p.get('probe')}{json.dumps(p.get('args'), sort_keys=True, default=str)}"
-            for p in (result.get("probes") or {}).values()]
+    return [call_key(str(p.get("probe")), p.get("args")) for p in (result.get("probes") or {}).values()]
 
 
 def _rel(old: float, new: float) -> float:

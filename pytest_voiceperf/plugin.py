@@ -352,7 +352,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         from .timing import table_lines
 
         terminalreporter.write_sep("-", "voiceperf: where the time went")
-        for line in table_lines(vs.provenance()["timing"]):
+        for line in table_lines(vs.timing_json()):
             terminalreporter.write_line(line)
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:

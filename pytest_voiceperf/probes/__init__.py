@@ -132,6 +132,14 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
     return wrap
 
 
+def call_key(name: str, args: dict | None) -> str:
+    """One probe call's identity (probe name and arguments): the session's cache key, the gate's
+    key for a figure shared by several claims and for a ceiling that drifted."""
+    import json
+
+    return name + json.dumps(args, sort_keys=True, default=str)
+
+
 def collect(module) -> list[ProbeSpec]:
     return [obj.voiceperf_probe for obj in vars(module).values() if hasattr(obj, "voiceperf_probe")]
 
