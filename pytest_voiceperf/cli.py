@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .stats import DEFAULT_TOLERANCE
+
 
 def _claim_files(paths: list[str]) -> list[Path]:
     out = []
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("old")
     s.add_argument("new")
     s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed")
-    s.add_argument("--tolerance", type=float, default=0.05)
+    s.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
     s.add_argument("--alpha", type=float, default=0.05)
     s.add_argument("--allow-mismatch", action="store_true")
     s.add_argument("--all-figures", action="store_true",
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "first (e.g. \"--voiceperf-threads 1\"): is the slowdown caught?")
     s.add_argument("--results", nargs="+", metavar="JSON", help="analyse these results files instead of running")
     s.add_argument("--slow-results", metavar="JSON", help="with --results: the slowed run")
-    s.add_argument("--tolerance", type=float, default=0.05)
+    s.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
     s.add_argument("--alpha", type=float, default=0.05)
     s.add_argument("--fail", action="store_true", help="exit 1 on a flip, a false alarm or an uncaught slowdown")
     s.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of every run")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import stats
 from .probes import call_key
 from .stats import MIN_ROUNDS_GATE, compare_rounds
 
@@ -150,18 +151,28 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
                                   "exact figure (a count, or one that does not vary): compared as it is"))
             continue
         rc = compare_rounds(of[2], rounds_new, hib, tol, alpha, n_figures)
-        if rc.verdict == "regressed" and (old.get("modes") or new.get("modes")):
-            # a bimodal figure: one run may simply have sat in the other mode. Regressed only when
-            # every round of this run is worse than every baseline round by more than the tolerance
+        if rc.verdict == "regressed" and (_unsteady(old) or _unsteady(new)):
+            # a bimodal or unstable figure: one run may simply have sat in another state. Regressed
+            # only when every round of this run is worse than every baseline round beyond the tolerance
             worst_old = min(of[2]) if hib else max(of[2])
             best_new = max(rounds_new) if hib else min(rounds_new)
             sep = best_new < worst_old / (1 + tol) if hib else best_new > worst_old * (1 + tol)
             if not sep:
-                rc.verdict, rc.note = "inconclusive", "bimodal figure: the rounds of the two runs overlap"
+                rc.verdict, rc.note = "inconclusive", f"{_unsteady(old) or _unsteady(new)} figure: the rounds of the two runs overlap"
         out.append(Comparison(name, of[3], v_new, rc.change if rc.ci else _rel(of[3], v_new),
                               list(rc.ci) if rc.ci else None, rc.verdict, hib, rc.note,
                               [rc.n_old, rc.n_new], rc.level))
     return out
+
+
+def _unsteady(result: dict) -> str:
+    """'bimodal' or 'unstable' (repetitions of one run spanning 1.5x, also found in files written
+    before the flag existed), else ''."""
+    if result.get("modes"):
+        return "bimodal"
+    if result.get("unstable") or stats.unstable(result.get("rep_samples") or []):
+        return "unstable"
+    return ""
 
 
 def _probe_keys(result: dict) -> list[str]:

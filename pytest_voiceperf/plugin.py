@@ -12,6 +12,7 @@ import pytest
 
 from .probes import EngineError, Unmeasured
 from .state import FAMILY_MARKS, STASH_GATE, STASH_SESSION, STASH_STATE, State, get_session, kept, resumed, write_results
+from .stats import DEFAULT_TOLERANCE
 
 
 def pytest_addhooks(pluginmanager):
@@ -57,7 +58,8 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_timeout", "time limit of one claim case in seconds", default="900")
     parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
     parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
-    parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates", default="0.05")
+    parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates (above the machine's "
+                  "run-to-run noise: voiceperf repro measures it)", default=str(DEFAULT_TOLERANCE))
     parser.addini("voiceperf_alpha", "significance level of the baseline gate", default="0.05")
     g.addoption("--voiceperf-rounds", metavar="MIN[:MAX]",
                 help="independent rounds per case: MIN before deciding, up to MAX while the interval straddles "

@@ -75,6 +75,10 @@ def interval_text(r: dict) -> str:
         txt = f"interval [{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}] over {n} rounds"
     if r.get("modes"):
         txt += "; bimodal: " + " / ".join(f"{fmt_value(m['value'], unit)} ({m['n']})" for m in r["modes"])
+    elif r.get("unstable"):
+        lo, hi = r["unstable"]
+        txt += (f"; unstable: repetitions between {fmt_value(lo, unit)} and {fmt_value(hi, unit)} "
+                "(the next run may sit elsewhere)")
     if r.get("disturbed"):
         txt += f"; {len(r['disturbed'])} disturbance cause(s), rounds dropped"
     return txt

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from .stats import DEFAULT_TOLERANCE
+
 DECIDED = ("passed", "failed", "xfailed", "xpassed")
 
 
@@ -49,7 +51,7 @@ def counts(doc: dict) -> dict[str, int]:
     return c
 
 
-def gate(old: dict, new: dict, tolerance: float = 0.05, alpha: float = 0.05):
+def gate(old: dict, new: dict, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05):
     from .gate import Gate, _disturbed
 
     g = Gate("old", old, tolerance=tolerance, alpha=alpha, new_provenance=new.get("provenance"))
@@ -59,13 +61,47 @@ def gate(old: dict, new: dict, tolerance: float = 0.05, alpha: float = 0.05):
     return g
 
 
-def analyze(docs: list[dict], slow: dict | None = None, tolerance: float = 0.05, alpha: float = 0.05) -> dict:
-    out: dict = {"runs": len(docs), "counts": [counts(d) for d in docs], "flips": flips(docs), "false_alarms": []}
+def disjoint(a: dict, b: dict) -> list[tuple[str, str]]:
+    """Cases of two same-setup runs whose timed intervals do not overlap: (nodeid, text). One run's
+    interval then says nothing about where the next run sits: the figure depends on a state of the
+    machine that the rounds of one run do not sample."""
+    old = {r["nodeid"]: r for r in a["results"]}
+    out = []
+    for r in b["results"]:
+        o = old.get(r["nodeid"])
+        if o is None or _kind(o) == "disturbed" or _kind(r) == "disturbed":
+            continue
+        c1, c2 = o.get("ci"), r.get("ci")
+        if not c1 or not c2 or str(o.get("ci_method", "")).startswith("exact") or str(r.get("ci_method", "")).startswith("exact"):
+            continue
+        if c1[1] < c2[0] or c2[1] < c1[0]:
+            out.append((r["nodeid"], f"{o['value']:.4g} [{c1[0]:.4g}, {c1[1]:.4g}] then {r['value']:.4g} "
+                                     f"[{c2[0]:.4g}, {c2[1]:.4g}]"))
+    return out
+
+
+def safe_tolerance(old: dict, new: dict, alpha: float) -> float | None:
+    """The smallest gate tolerance (1% steps up to 50%) that raises no false alarm between two runs of
+    the same setup: the machine's run-to-run noise as the gate sees it."""
+    for pct in range(1, 51):
+        g = gate(old, new, pct / 100, alpha)
+        if not any(c.verdict == "regressed" for _, cs in g.seen for c in cs):
+            return pct / 100
+    return None
+
+
+def analyze(docs: list[dict], slow: dict | None = None, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05) -> dict:
+    out: dict = {"runs": len(docs), "counts": [counts(d) for d in docs], "flips": flips(docs), "false_alarms": [],
+                 "tolerance": tolerance}
     for i in range(len(docs) - 1):
         g = gate(docs[i], docs[i + 1], tolerance, alpha)
+        changes = sorted((abs(c.change), n, c.figure) for n, cs in g.seen for c in cs
+                         if c.verdict != "untestable" and c.ci and c.ci[0] != c.ci[1] and c.change == c.change)
         out["false_alarms"].append({"pair": [i + 1, i + 2], "counts": g.counts(),
                                     "regressed": [(n, c.text()) for n, cs in g.seen for c in cs
-                                                  if c.verdict == "regressed"]})
+                                                  if c.verdict == "regressed"],
+                                    "changes": changes, "safe_tolerance": safe_tolerance(docs[i], docs[i + 1], alpha),
+                                    "disjoint": disjoint(docs[i], docs[i + 1])})
     if slow is not None:
         g = gate(docs[0], slow, tolerance, alpha)
         out["slow"] = {"counts": g.counts(),
@@ -90,6 +126,16 @@ def render(a: dict) -> str:
         lines.append(f"  run {p['pair'][0]} -> run {p['pair'][1]}: " + ", ".join(f"{v} {k}" for k, v in sorted(c.items())))
         for n, t in p["regressed"]:
             lines.append(f"    FALSE ALARM {n}: {t}")
+        ch = p.get("changes") or []
+        if ch:
+            big = ch[-1]
+            lines.append(f"    run-to-run change of the {len(ch)} timed figures compared: median {ch[len(ch) // 2][0] * 100:.1f}%, "
+                         f"largest {big[0] * 100:.1f}% ({big[1].split('::')[-1]} {big[2]})")
+        st = p.get("safe_tolerance")
+        lines.append("    smallest tolerance without a false alarm on this pair: "
+                     + (f"{st * 100:.0f}% (the gate uses {a['tolerance'] * 100:g}%)" if st is not None else "none up to 50%"))
+        for n, t in p.get("disjoint") or []:
+            lines.append(f"    UNSTABLE BETWEEN RUNS {n}: {t} (disjoint intervals, same setup)")
     if "slow" in a:
         s = a["slow"]
         lines.append(f"injected slowdown (run 1 -> slow run): {len(s['regressed'])} figures regressed"

@@ -66,6 +66,7 @@ class CaseResult:
     rep_samples: list[float] = field(default_factory=list)  # the metric per repetition, all rounds
     decision: str = ""  # passed | failed | inconclusive (before xfail and the gate)
     modes: list | None = None
+    unstable: list | None = None  # [slowest, fastest] repetition when they span 1.5x or more in this run
     disturbed: list[str] = field(default_factory=list)  # causes of the rounds dropped as disturbed
     engine_instances: int | None = None  # engine figures: how many engine instances the rounds came from
 
@@ -427,6 +428,7 @@ class VoiceperfSession:
         result.ci = ev["ci"]
         result.ci_method = ev["ci_method"]
         result.modes = ev["modes"]
+        result.unstable = ev["unstable"]
         result.decision = ev["decision"]
         if len(result.rep_samples) >= 2:
             result.spread = spread(result.rep_samples)
@@ -436,6 +438,9 @@ class VoiceperfSession:
         if result.modes:
             mode_txt = (" bimodal: " + " and ".join(f"{fmt_value(md['value'], claim.unit)} ({md['n']})"
                                                     for md in result.modes) + ";")
+        elif result.unstable:
+            mode_txt = (f" unstable: repetitions of this run between {fmt_value(result.unstable[0], claim.unit)} and "
+                        f"{fmt_value(result.unstable[1], claim.unit)};")
         if ev["decision"] == "inconclusive":
             raise Unmeasured(f"inconclusive:{mode_txt} {fmt_value(result.value, claim.unit)}, interval {ci_txt} "
                              f"straddles {claim.expect.describe()} after {result.rounds} rounds "
@@ -488,7 +493,7 @@ class VoiceperfSession:
             reps += self._metric_samples(claim.metric, names, outs, samp)
         lo, hi = claim.expect.bounds()
         value = float(statistics.median(values))
-        md = None
+        md = unstable = None
         if det or len(values) < 2:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
@@ -509,8 +514,11 @@ class VoiceperfSession:
                 allv = [x for g in md.groups for x in g]
                 ci = (min(ci[0], min(allv)), max(ci[1], max(allv)))
                 method += ", widened to cover both modes"
+            else:
+                unstable = stats.unstable(reps)
         return {"value": value, "round_values": values, "rep_samples": reps, "rounds": rounds, "ci": ci,
                 "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
+                "unstable": list(unstable) if unstable else None,
                 "decision": stats.decide(ci, lo, hi)}
 
     @staticmethod

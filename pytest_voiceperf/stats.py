@@ -20,6 +20,12 @@ import math
 import statistics
 from dataclasses import dataclass
 
+# The smallest change the gate may call a regression. Figures of one run cannot show how far the
+# next run sits (same commit, same 2-core VM: unchanged figures moved up to 17.8% between runs,
+# results/cpu/repro; H200 ceilings 4-13% between back-to-back runs); 5% holds only with run-level
+# replication on one host. ``voiceperf repro`` prints the run-to-run changes on a machine.
+DEFAULT_TOLERANCE = 0.10
+
 CI_METHOD = "Student-t 95% interval of the mean of the round figures"
 
 
@@ -109,6 +115,21 @@ class RoundComparison:
     level: float = 0.05
     n_old: int = 0
     n_new: int = 0
+
+
+def unstable(reps: list[float], factor: float = 1.5) -> tuple[float, float] | None:
+    """(slowest, fastest) when the repetitions of one run span ``factor`` or more, else None.
+
+    A figure whose repetitions move by half within minutes depends on a state of the machine the
+    run does not control (H200, qwen3-0.6b decode at batch 1: repetitions of one run between 389
+    and 640 tok/s, the next run's rounds all near 640: ENGINES.md, host-side mode). Its interval
+    over rounds says how well this run's state was measured, not what the next run will see. Only
+    for positive figures (a ratio of two values of one sign)."""
+    xs = [float(v) for v in reps if v is not None and math.isfinite(v)]
+    if len(xs) < 4 or min(xs) <= 0:
+        return None
+    lo, hi = min(xs), max(xs)
+    return (lo, hi) if hi >= factor * lo else None
 
 
 MIN_ROUNDS_GATE = 3

@@ -220,6 +220,56 @@ def test_gate_does_not_call_a_bimodal_figure_regressed_on_a_mode_switch():
     assert [c.verdict for c in comps] == ["regressed"]  # every round below every baseline round
 
 
+def test_unstable_repetitions_are_said_and_guard_the_gate():
+    # H200, qwen3-0.6b decode at batch 1: repetitions of one run between 389 and 640 tok/s
+    assert stats.unstable([389.0, 640.0, 403.0, 410.0, 620.0]) == (389.0, 640.0)
+    assert stats.unstable([100.0, 120.0, 110.0, 140.0]) is None  # spans 1.4x: noisy, not unstable
+    assert stats.unstable([-0.1, 0.2, 0.1, 0.3]) is None  # a difference near zero has no ratio
+    assert stats.unstable([1.0, 2.0, 3.0]) is None  # too few to tell
+    reps = [389.0, 640.0, 620.0, 600.0, 610.0, 400.0]
+    old = _result("a", [632.0] * 10 + [470.0], rep_samples=reps)
+    # the runs share both states: this one sat in the slow state more often
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05)
+    comps = [c for c in g.check(_result("a", [470.0] * 10 + [633.0])) if c.figure == "metric"]
+    assert [c.verdict for c in comps] == ["inconclusive"] and "unstable figure" in comps[0].note
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05)
+    comps = [c for c in g.check(_result("a", [300.0, 301.0, 299.0])) if c.figure == "metric"]
+    assert [c.verdict for c in comps] == ["regressed"]  # every round below every baseline round
+    steady = _result("a", [632.0] * 10 + [470.0], rep_samples=[630.0, 635.0, 632.0, 470.0])  # 1.35x
+    g = Gate("base.json", {"results": [steady]}, tolerance=0.05, alpha=0.05)
+    comps = [c for c in g.check(_result("a", [470.0] * 10 + [633.0])) if c.figure == "metric"]
+    assert [c.verdict for c in comps] == ["regressed"]
+
+
+def test_unstable_figure_is_said_in_the_result_and_the_summary(vp):
+    # repetitions inside each round spread 2x (jitter): the run cannot pin the figure down
+    write(vp, "u.yaml", claim("c-u", expect="{min: 0.01}", measure="m: {probe: t.const, x: 1.0, jitter: 0.6}"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-rounds", "3:3", "--voiceperf-json", "o.json")
+    u = results(vp)["c-u"]
+    assert u["outcome"] == "passed" and u["unstable"] and u["unstable"][1] >= 1.5 * u["unstable"][0]
+    assert "unstable: repetitions between" in res.stdout.str()
+
+
+def test_repro_says_the_run_to_run_noise_and_figures_unstable_between_runs():
+    from pytest_voiceperf import repro
+
+    def doc(*results):
+        return {"provenance": {}, "results": list(results)}
+
+    a1 = _result("a", [100.0, 101.0, 99.0], ci=[98.0, 102.0], ci_method="Student-t")
+    a2 = _result("a", [91.0, 91.5, 90.5], ci=[89.0, 93.0], ci_method="Student-t")  # -9%, tight rounds
+    a = repro.analyze([doc(a1), doc(a2)], tolerance=0.05)
+    pair = a["false_alarms"][0]
+    assert pair["regressed"]  # at 5% the gate calls the shift of the run's state a regression
+    st = pair["safe_tolerance"]
+    assert 0.05 < st < 0.10  # ... and needs more than 5% on this pair
+    assert [n for n, _ in pair["disjoint"]] == ["a"]
+    text = repro.render(a)
+    assert f"smallest tolerance without a false alarm on this pair: {st * 100:.0f}% (the gate uses 5%)" in text
+    assert "UNSTABLE BETWEEN RUNS a: 100 [98, 102] then 91 [89, 93]" in text
+    assert not repro.analyze([doc(a1), doc(a2)])["false_alarms"][0]["regressed"]  # the default 10%
+
+
 def test_repro_counts_flips_false_alarms_and_a_caught_slowdown():
     from pytest_voiceperf import repro
 
