@@ -21,13 +21,53 @@ def _claim_files(paths: list[str]) -> list[Path]:
     return out
 
 
-def _registry():
-    """The same registry as a pytest run: built-ins and installed plugins' probes (entry points).
-    Probes added from a conftest.py exist only inside pytest (pytest --voiceperf --collect-only)."""
+def _conftests(paths: list[str]) -> list[Path]:
+    """The conftest.py files pytest would load for these claim paths: those of the folders from
+    the current directory down to each path, and those inside a named folder."""
+    cwd = Path.cwd().resolve()
+    found: dict[Path, None] = {}
+    for p in paths or ["claims"]:
+        path = Path(p).resolve()
+        if not path.exists():
+            continue
+        folder = path if path.is_dir() else path.parent
+        chain = [folder, *folder.parents]
+        if cwd in chain:
+            chain = chain[: chain.index(cwd) + 1]
+        else:
+            chain = [folder]
+        for d in reversed(chain):
+            if (d / "conftest.py").is_file():
+                found[d / "conftest.py"] = None
+        if path.is_dir():
+            for c in sorted(path.rglob("conftest.py")):
+                found[c.resolve()] = None
+    return list(found)
+
+
+def _registry(paths: list[str] | None = None):
+    """The same registry as a pytest run over ``paths``: built-ins, installed plugins' probes
+    (entry points) and the probes conftest.py files add through ``pytest_voiceperf_add_probes``."""
+    import importlib.util
+
     from .probes import DuplicateProbe, load_registry
 
     try:
-        return load_registry(on_error=lambda msg: print(f"warning: {msg}", file=sys.stderr))
+        reg = load_registry(on_error=lambda msg: print(f"warning: {msg}", file=sys.stderr))
+        for i, c in enumerate(_conftests(paths or [])):
+            try:
+                spec = importlib.util.spec_from_file_location(f"_voiceperf_conftest_{i}", c)
+                assert spec is not None and spec.loader is not None
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                hook = getattr(mod, "pytest_voiceperf_add_probes", None)
+                if hook is not None:
+                    hook(registry=reg)
+            except DuplicateProbe:
+                raise
+            except Exception as exc:  # as pytest would, but one broken conftest must not stop validation
+                print(f"warning: {c}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return reg
     except DuplicateProbe as exc:
         print(f"voiceperf: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -36,7 +76,7 @@ def _registry():
 def cmd_list(args) -> int:
     from .claims import ClaimError, load_claim
 
-    reg = _registry()
+    reg = _registry(args.paths)
     bad = 0
     for f in _claim_files(args.paths):
         try:
@@ -56,7 +96,7 @@ def cmd_list(args) -> int:
 def cmd_validate(args) -> int:
     from .claims import ClaimError, load_claim
 
-    reg = _registry()
+    reg = _registry(args.paths)
     ok = bad = 0
     ids: dict[str, str] = {}
     for f in _claim_files(args.paths):
@@ -86,20 +126,20 @@ def cmd_compare(args) -> int:
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    bad = gate.mismatches(old["provenance"], new["provenance"])
+    bad = gate.mismatches(old.provenance, new.provenance)
     if bad and not args.allow_mismatch:
         print("refusing to compare runs of different setups: " + "; ".join(bad) +
               " (use --allow-mismatch to compare anyway)", file=sys.stderr)
         return 2
     g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures,
-                  new_provenance=new.get("provenance"))
-    for r in new["results"]:
-        if not isinstance(r, dict) or (r.get("value") is None and not r.get("probes") and not gate._disturbed(r)):
+                  new_provenance=new.provenance)
+    for r in new.results:
+        if r.value is None and not r.probes and not r.is_disturbed:
             continue
         for c in g.check(r):
             if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed") \
                     or args.verbose:
-                print(f"{c.verdict.upper():<12} {r['nodeid']}  {c.text()}")
+                print(f"{c.verdict.upper():<12} {r.nodeid}  {c.text()}")
     print(g.summary_line())
     return 1 if (g.counts().get("regressed") and args.fail) else 0
 
@@ -119,12 +159,12 @@ def cmd_merge(args) -> int:
         return 2
     for n in notes:
         print(n)
-    doc["provenance"]["command"] = ("voiceperf merge " + " ".join(args.results) + f" -o {args.output}"
+    doc.provenance["command"] = ("voiceperf merge " + " ".join(args.results) + f" -o {args.output}"
                                     + (" --allow-mismatch" if args.allow_mismatch else ""))
     out = write(args.output, doc)
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(doc["provenance"]["counts"].items()))
-    print(f"wrote {out}: {len(doc['results'])} cases ({counts}) from {len(docs)} files"
-          + ("" if doc["provenance"]["complete"] else "; an input was incomplete, so this file is .partial"))
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(doc.provenance["counts"].items()))
+    print(f"wrote {out}: {len(doc.results)} cases ({counts}) from {len(docs)} files"
+          + ("" if doc.provenance["complete"] else "; an input was incomplete, so this file is .partial"))
     return 0
 
 

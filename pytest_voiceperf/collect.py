@@ -108,16 +108,28 @@ class ClaimItem(pytest.Item):
     def location_str(self) -> str:
         return f"{self.nodeid.split('::')[0]}:{self.line}"
 
-    def runtest(self):
+    def setup(self):
+        """Measure the case. The measurement is the case's fixture: an engine that fails here (start,
+        crash, out of memory, time limit) is a setup error, as JUnit and pytest report an error; a
+        verdict (passed, failed, unmeasured) is raised by the call."""
         from .state import get_session
 
+        self._verdict: BaseException | None = None
         vs = get_session(self.config)
         try:
             vs.run_case(self.case, self.result)
+        except EngineError:
+            raise
+        except Exception as exc:  # Unmeasured, VerdictFailed: the call phase reports them
+            self._verdict = exc
         finally:
             self.result.worker = vs.worker
             self.result.gpu = os.environ.get("VOICEPERF_GPU") or os.environ.get("CUDA_VISIBLE_DEVICES")
             self._set_properties()
+
+    def runtest(self):
+        if self._verdict is not None:
+            raise self._verdict
 
     def _set_properties(self):
         r = self.result
@@ -182,6 +194,9 @@ class InvalidClaimItem(pytest.Item):
         self.xfail_reason = None
         self.result = CaseResult(claim=self.name, nodeid=self.nodeid, params={}, path=error.path, line=self.line)
         self.add_marker("voiceperf")
+
+    def setup(self):
+        raise EngineError(self.error.render())  # an error (file:line: what is wrong), not a verdict
 
     def runtest(self):
         raise self.error

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from . import stats
 from .probes import call_key
+from .record import ResultRecord, ResultsFile, results_file
+from .record import result as as_result
 from .stats import MIN_ROUNDS_GATE, compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
@@ -67,40 +69,28 @@ def direction_of_unit(unit: str) -> bool | None:
     return None
 
 
-def _rounds_of(result: dict) -> bool:
-    """Results written before rounds existed hold repetitions in ``samples``: never compared as rounds."""
-    return "rounds" in result
-
-
-def _disturbed(result: dict) -> bool:
-    return str(result.get("reason", "")).startswith("disturbed") or (
-        result.get("outcome") == "unmeasured" and bool(result.get("disturbed")))
-
-
 Figure = tuple[str, "str | None", list, "float | None", bool, bool]
 
 
-def figures(result: dict, all_figures: bool = False) -> list[Figure]:
+def figures(result: ResultRecord | dict, all_figures: bool = False) -> list[Figure]:
     """(figure name, dedup key or None, round values, value, higher_is_better, exact) this result
     offers; exact: a count or a figure that does not vary (compared as it is, without rounds)."""
+    r = as_result(result)
     out: list[Figure] = []
-    hib = result.get("higher_is_better")
-    rounds_ok = _rounds_of(result)
-    if hib is not None and result.get("value") is not None:
-        exact = rounds_ok and str(result.get("ci_method") or "").startswith("exact")
-        out.append(("metric", None, list(result.get("samples") or []) if rounds_ok else [], result["value"], hib,
-                    exact))
-    for alias, p in (result.get("probes") or {}).items():
-        units = p.get("units") or {}
-        samples = p.get("samples") or {}
-        names = [n for n in units if direction_of_unit(units[n]) is not None and n in (p.get("values") or {})]
+    hib = r.higher_is_better
+    rounds_ok = r.has_rounds  # a file from before rounds holds repetitions: never compared as rounds
+    if hib is not None and r.value is not None:
+        exact = rounds_ok and r.ci_method.startswith("exact")
+        out.append(("metric", None, list(r.samples) if rounds_ok else [], r.value, hib, exact))
+    for alias, p in r.probes.items():
+        names = [n for n in p.units if direction_of_unit(p.units[n]) is not None and n in p.values]
         if not all_figures:
             names = names[:1]
         for name in names:
-            key = f"{call_key(str(p.get('probe')), p.get('args'))}.{name}"
-            exact = rounds_ok and not samples.get(name)  # a probe without samples is deterministic
-            out.append((f"{alias}.{name} [{units[name]}]", key, list(samples.get(name) or []) if rounds_ok else [],
-                        p["values"].get(name), bool(direction_of_unit(units[name])), exact))
+            key = f"{call_key(p.probe, p.args)}.{name}"
+            exact = rounds_ok and not p.samples.get(name)  # a probe without samples is deterministic
+            out.append((f"{alias}.{name} [{p.units[name]}]", key, list(p.samples.get(name) or []) if rounds_ok else [],
+                        p.values.get(name), bool(direction_of_unit(p.units[name])), exact))
     return out
 
 
@@ -117,13 +107,14 @@ def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
     return out
 
 
-def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figures: int = 1,
-                   all_figures: bool = False, seen: set | None = None,
+def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance: float, alpha: float,
+                   n_figures: int = 1, all_figures: bool = False, seen: set | None = None,
                    drift_old: dict | None = None, drift_new: dict | None = None) -> list[Comparison]:
+    old, new = as_result(old), as_result(new)
     out = []
-    tol = float(new["tolerance"]) if new.get("tolerance") is not None else tolerance
+    tol = float(new.tolerance) if new.tolerance is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
-    disturbed = _disturbed(new) or _disturbed(old)
+    disturbed = new.is_disturbed or old.is_disturbed
     for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):
         of = old_figs.get(name)
         if of is None or of[3] is None or v_new is None:
@@ -133,7 +124,7 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
                 continue  # a probe call shared by several claims is compared once per run
             seen.add(key)
         if disturbed:
-            side = "this run" if _disturbed(new) else "the baseline"
+            side = "this run" if new.is_disturbed else "the baseline"
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   f"disturbed: {side} measured it on a disturbed machine"))
             continue
@@ -165,18 +156,18 @@ def compare_result(old: dict, new: dict, tolerance: float, alpha: float, n_figur
     return out
 
 
-def _unsteady(result: dict) -> str:
+def _unsteady(r: ResultRecord) -> str:
     """'bimodal' or 'unstable' (repetitions of one run spanning 1.5x, also found in files written
     before the flag existed), else ''."""
-    if result.get("modes"):
+    if r.modes:
         return "bimodal"
-    if result.get("unstable") or stats.unstable(result.get("rep_samples") or []):
+    if r.unstable or stats.unstable(r.rep_samples):
         return "unstable"
     return ""
 
 
-def _probe_keys(result: dict) -> list[str]:
-    return [call_key(str(p.get("probe")), p.get("args")) for p in (result.get("probes") or {}).values()]
+def _probe_keys(r: ResultRecord) -> list[str]:
+    return [call_key(p.probe, p.args) for p in r.probes.values()]
 
 
 def _rel(old: float, new: float) -> float:
@@ -208,39 +199,43 @@ def mismatches(old: dict, new: dict) -> list[str]:
 @dataclass
 class Gate:
     baseline_path: str
-    baseline: dict
+    baseline: ResultsFile | dict  # a results document (a dict is read as one)
     tolerance: float
     alpha: float
     all_figures: bool = False
     new_provenance: dict | None = None  # this run's, when known (compare); the baseline's is in the file
-    by_nodeid: dict = field(default_factory=dict)
+    by_nodeid: dict[str, ResultRecord] = field(default_factory=dict)
     seen: list = field(default_factory=list)  # (nodeid, [Comparison])
     figure_keys: set = field(default_factory=set)
     n_figures: int = 1
 
     def __post_init__(self):
-        self.by_nodeid = {r["nodeid"]: r for r in self.baseline.get("results", []) if isinstance(r, dict)}
+        doc = (self.baseline if isinstance(self.baseline, ResultsFile)
+               else results_file(dict({"provenance": {}}, **self.baseline), self.baseline_path))
+        self.baseline = doc
+        self.by_nodeid = {r.nodeid: r for r in doc.results}
         # Bonferroni over the figures the baseline offers (shared probe calls counted once)
         keys = set()
         for r in self.by_nodeid.values():
             for name, key, rounds, _, _, _ in figures(r, self.all_figures):
                 if len(rounds) >= MIN_ROUNDS_GATE:
-                    keys.add(key or (r["nodeid"], name))
+                    keys.add(key or (r.nodeid, name))
         self.n_figures = max(1, len(keys))
-        self.drift_old = drifted(self.baseline.get("provenance"), self.tolerance)
+        self.drift_old = drifted(doc.provenance, self.tolerance)
         self.drift_new = drifted(self.new_provenance, self.tolerance)
 
-    def check(self, result: dict) -> list[Comparison]:
-        old = self.by_nodeid.get(result["nodeid"])
-        if old is None or (not old.get("probes") and not _disturbed(result)):
+    def check(self, result: ResultRecord | dict) -> list[Comparison]:
+        new = as_result(result)
+        old = self.by_nodeid.get(new.nodeid)
+        if old is None or (not old.probes and not new.is_disturbed):
             return []
-        comps = compare_result(old, result, self.tolerance, self.alpha, self.n_figures, self.all_figures,
+        comps = compare_result(old, new, self.tolerance, self.alpha, self.n_figures, self.all_figures,
                                self.figure_keys, self.drift_old, self.drift_new)
-        if not comps and _disturbed(result) and old.get("value") is not None:
-            comps = [Comparison("metric", old["value"], math.nan, math.nan, None, "untestable",
-                                bool(old.get("higher_is_better", True)),
-                                "disturbed: " + "; ".join(result.get("disturbed") or [result.get("reason", "")]))]
-        self.seen.append((result["nodeid"], comps))
+        if not comps and new.is_disturbed and old.value is not None:
+            comps = [Comparison("metric", old.value, math.nan, math.nan, None, "untestable",
+                                bool(True if old.higher_is_better is None else old.higher_is_better),
+                                "disturbed: " + "; ".join(new.disturbed or [new.reason]))]
+        self.seen.append((new.nodeid, comps))
         return comps
 
     def apply(self, result, location: str, name: str) -> str | None:

@@ -88,20 +88,28 @@ def bind_worker(config) -> None:
 
 
 def group_items(items) -> None:
-    """Put each case in the xdist group of its engine (or its own claim when it uses none).
-
-    xdist's loadgroup scheduler sends every nodeid that ends in the same ``@group`` to one
-    worker; the suffix is written here (as xdist does for ``xdist_group`` marks) because the
-    groups are known only once the claim files are read.
-    """
+    """Mark each case with the xdist group of its engine (or of its own claim when it uses none):
+    xdist's loadgroup scheduler sends every case of one ``xdist_group`` to one worker. The groups
+    are known only once the claim files are read, hence marks added here, not in the files."""
     import re
 
     for item in items:
         claim = getattr(item, "claim", None)
-        if claim is None or "@" in item.nodeid:
+        if claim is None or item.get_closest_marker("xdist_group") is not None:
             continue
         key = getattr(item, "engine_key", None) or f"claim-{claim.id}"
-        _set_nodeid(item, f"{item.nodeid}@{re.sub(r'[^A-Za-z0-9_.:-]', '_', key)}")
+        item.add_marker(pytest.mark.xdist_group(name=re.sub(r"[^A-Za-z0-9_.:-]", "_", key)))
+
+
+def ensure_groups(items) -> None:
+    """After xdist has applied the marks: xdist 3.8 writes the ``@group`` suffix to ``item._nodeid``,
+    which pytest 9 no longer reads (its node id lives in ``item._id``), so the marks would group
+    nothing. Write the suffix where pytest 9 reads it, only for items xdist left without one."""
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid:
+            continue
+        _set_nodeid(item, f"{item.nodeid}@{mark.kwargs.get('name') or (mark.args[0] if mark.args else 'default')}")
 
 
 def _set_nodeid(item, nodeid: str) -> None:

@@ -1,13 +1,14 @@
 """``voiceperf report RESULTS -o DIR``: an HTML page and a Markdown file with the summary table
-and matplotlib plots (roofline, decode bandwidth fraction per model, batch sweep, TTS time vs
-audio length with its fit, ASR chunk table and latency per chunk)."""
+and matplotlib plots (roofline, every parametrized claim against its expected band, batch sweep,
+TTS time vs audio length with its fit, ASR chunk table and latency per chunk), rendered through the
+Jinja2 templates in ``templates/``."""
 from __future__ import annotations
 
-import html
 import math
 import statistics
 from pathlib import Path
 
+from .record import ResultRecord
 from .report import MARK, interval_text, row
 from .results import read
 
@@ -25,14 +26,14 @@ def _plt():
     return plt
 
 
-def _probe_entries(results: list[dict], name: str):
-    """(result, probe entry) for every use of probe ``name``, deduplicated by its arguments."""
+def _probe_entries(results: list[ResultRecord], name: str):
+    """(result, probe record) for every use of probe ``name``, deduplicated by its arguments."""
     seen = set()
     for r in results:
-        for p in (r.get("probes") or {}).values():
-            if p.get("probe") != name:
+        for p in r.probes.values():
+            if p.probe != name:
                 continue
-            key = repr(sorted((p.get("args") or {}).items()))
+            key = repr(sorted(p.args.items()))
             if key in seen:
                 continue
             seen.add(key)
@@ -40,14 +41,14 @@ def _probe_entries(results: list[dict], name: str):
 
 
 def _ceilings(results):
-    read_bw = [p["values"]["read_bw"] for _, p in _probe_entries(results, "hw.read_bandwidth")]
+    read_bw = [p.values["read_bw"] for _, p in _probe_entries(results, "hw.read_bandwidth")]
     mm = {}
     for _, p in _probe_entries(results, "hw.matmul"):
-        dt = (p.get("args") or {}).get("dtype", "bfloat16")
-        mm[dt] = max(mm.get(dt, 0), p["values"]["flops"])
+        dt = p.args.get("dtype", "bfloat16")
+        mm[dt] = max(mm.get(dt, 0), p.values["flops"])
     for r in results:  # ceilings measured for checks (recorded in probe info)
-        for p in (r.get("probes") or {}).values():
-            for key, c in ((p.get("info") or {}).get("ceilings") or {}).items():
+        for p in r.probes.values():
+            for key, c in (p.info.get("ceilings") or {}).items():
                 if key == "read_bw":
                     read_bw.append(c["ceiling"])
                 elif key.startswith("matmul_flops:"):
@@ -92,14 +93,14 @@ def plot_roofline(results, out: Path, plt):
 def _llm_points(results):
     """Decode, batch and prefill figures as (label, FLOP/byte, FLOP/s)."""
     for _, p in _probe_entries(results, "llm.decode"):
-        v, a = p["values"], p.get("args") or {}
+        v, a = p.values, p.args
         tok, wb = v.get("tok_s"), v.get("weight_bytes")
-        params = v.get("params") or v.get("non_embedding_params") or (p.get("info") or {}).get("params")
+        params = v.get("params") or v.get("non_embedding_params") or p.info.get("params")
         if tok and wb and params:
             yield f"decode {a.get('model', '')}", 2 * params / wb, 2 * params * tok, "bo"
     for _, p in _probe_entries(results, "llm.batch"):
-        v, a = p["values"], p.get("args") or {}
-        info = p.get("info") or {}
+        v, a = p.values, p.args
+        info = p.info
         ne = v.get("non_embedding_params")
         bpw = v.get("bytes_per_weight") or 2
         for rr in info.get("sweep") or []:
@@ -107,7 +108,7 @@ def _llm_points(results):
             if b and tot and ne:
                 yield (f"b={b}" if b in (1, 16) or b == info.get("max_batch") else ""), 2 * b / bpw, 2 * ne * tot, "g^"
     for _, p in _probe_entries(results, "llm.prefill"):
-        v, a = p["values"], p.get("args") or {}
+        v, a = p.values, p.args
         fl = v.get("flops")
         n = a.get("prompt_len") or v.get("prompt_len") or 1024
         bpw = v.get("bytes_per_weight") or 2
@@ -115,29 +116,33 @@ def _llm_points(results):
             yield f"prefill {a.get('model', '')} {n}", 2 * float(n) / bpw, fl, "rs"
 
 
-def plot_decode_fraction(results, out: Path, plt):
-    rows = [(r["params"], r) for r in results if r["claim"] == "llm-decode-bandwidth-fraction" and r.get("value") is not None]
-    if not rows:
+def plot_bounds(results, out: Path, plt):
+    """Every parametrized claim (two or more measured cases) against its expectation: one panel per
+    claim, a bar per case with its interval, the expected band shaded. Nothing here knows a claim."""
+    by: dict[str, list[ResultRecord]] = {}
+    for r in results:
+        if r.value is not None and math.isfinite(r.value):
+            by.setdefault(r.claim, []).append(r)
+    claims = [(c, rs) for c, rs in by.items() if len(rs) >= 2 and len({r.unit for r in rs}) == 1][:12]
+    if not claims:
         return None
-
-    def read_bytes(r):
-        return next(((p.get("values") or {}).get("read_bytes") or 0.0
-                     for _, p in _probe_entries([r], "llm.decode")), 0.0)
-
-    rows.sort(key=lambda pr: read_bytes(pr[1]))  # smallest model first
-    fig, ax = plt.subplots(figsize=(6.4, 3.2))
-    labels = ["-".join(str(v) for v in p.values()) for p, _ in rows]
-    vals = [r["value"] for _, r in rows]
-    ax.bar(labels, vals, color=[COLORS.get(r["outcome"], "gray") for _, r in rows])
-    lo, hi = 0.86, 0.98
-    ax.axhspan(lo, hi, color="green", alpha=0.1, label="document: 86-98%")
-    ax.set_ylabel("fraction of read bandwidth")
-    ax.set_xlabel("decode tok/s x bytes read per token / measured read bandwidth", fontsize=7)
-    ax.set_ylim(0, max(1.05, max(vals) * 1.1))
-    ax.set_title("Decode bandwidth fraction per model")
-    ax.legend(fontsize=7)
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
-    return _save(fig, out / "decode_fraction.png", plt)
+    fig, axes = plt.subplots(len(claims), 1, figsize=(6.4, 2.2 * len(claims)), squeeze=False)
+    for ax, (claim, rs) in zip(axes[:, 0], claims):
+        labels = ["-".join(str(v) for v in r.params.values())[:24] or r.nodeid.split("::")[-1][:24] for r in rs]
+        vals = [r.value or 0.0 for r in rs]
+        err = [[max(0.0, v - r.ci[0]) if r.ci else 0.0 for v, r in zip(vals, rs)],
+               [max(0.0, r.ci[1] - v) if r.ci else 0.0 for v, r in zip(vals, rs)]]
+        ax.bar(labels, vals, yerr=err, capsize=3, color=[COLORS.get(r.outcome, "gray") for r in rs])
+        lo, hi = (rs[0].bounds or [None, None])[:2]
+        if lo is not None or hi is not None:
+            top = max([*vals, *(x for x in (lo, hi) if x is not None)]) * 1.15
+            ax.axhspan(lo if lo is not None else min(0.0, *vals), hi if hi is not None else top, color="green",
+                       alpha=0.1, label=f"expected: {rs[0].expect}")
+            ax.legend(fontsize=6)
+        ax.set_title(claim, fontsize=8)
+        ax.set_ylabel(rs[0].unit or "value", fontsize=7)
+        plt.setp(ax.get_xticklabels(), rotation=15, ha="right", fontsize=6)
+    return _save(fig, out / "claims_vs_bounds.png", plt)
 
 
 def plot_batch_sweep(results, out: Path, plt):
@@ -146,10 +151,10 @@ def plot_batch_sweep(results, out: Path, plt):
         return None
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.0, 3.2))
     for _, p in entries:
-        sweep = (p.get("info") or {}).get("sweep") or []
+        sweep = p.info.get("sweep") or []
         if not sweep:
             continue
-        label = "-".join(str(x) for x in (p.get("args") or {}).values())[:30]
+        label = "-".join(str(x) for x in p.args.values())[:30]
         b = [s["batch"] for s in sweep]
         a1.plot(b, [s["total_tok_s"] for s in sweep], "o-", label=label)
         per = [s.get("tok_s") for s in sweep]
@@ -171,13 +176,13 @@ def plot_tts(results, out: Path, plt):
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     for _, p in entries:
-        info, v = p.get("info") or {}, p["values"]
+        info, v = p.info, p.values
         xs = info.get("audio_s") or []
         runs = info.get("times_s") or []
         if not xs or len(runs) != len(xs):
             continue
         ys = [statistics.median(t) for t in runs]
-        label = f"{(p.get('args') or {}).get('model', '')} {info.get('dtype', '')} optimize={info.get('optimize', '')}"
+        label = f"{p.args.get('model', '')} {info.get('dtype', '')} optimize={info.get('optimize', '')}"
         ax.plot(xs, ys, "o", label=label)
         for x, t in zip(xs, runs):
             ax.plot([x] * len(t), t, ".", color="gray", ms=2)
@@ -198,8 +203,8 @@ def plot_asr(results, out: Path, plt):
         return None
     pts = []
     for _, p in entries:
-        v = p["values"]
-        chunk = v.get("chunk_ms") or (p.get("args") or {}).get("chunk_ms")
+        v = p.values
+        chunk = v.get("chunk_ms") or p.args.get("chunk_ms")
         med = v.get("latency_median_s") or v.get("latency_p50_s") or v.get("step_median_s")
         p95 = v.get("latency_p95_s") or v.get("step_p95_s")
         if chunk and med:
@@ -230,21 +235,32 @@ def _save(fig, path: Path, plt) -> str:
 
 def _asr_chunk_table(results) -> list[dict]:
     for _, p in _probe_entries(results, "asr.streaming_config"):
-        rows = (p.get("info") or {}).get("rows") or (p.get("info") or {}).get("table")
+        rows = p.info.get("rows") or p.info.get("table")
         if rows:
             return rows
     return []
 
 
+def _templates():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("pytest_voiceperf", "templates"),
+                             autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+                             keep_trailing_newline=True, undefined=jinja2.ChainableUndefined)
+    env.filters["md"] = lambda c: str(c).replace("|", "/")
+    env.globals["fmt"] = _fmt
+    return env
+
+
 def write_report(results_path: str, out_dir: str) -> dict:
     doc = read(results_path)
-    results = doc["results"]
-    prov = doc["provenance"]
+    results = doc.results
+    prov = doc.provenance
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plt = _plt()
     plots = []
-    for fn, title in ((plot_roofline, "Roofline"), (plot_decode_fraction, "Decode bandwidth fraction"),
+    for fn, title in ((plot_roofline, "Roofline"), (plot_bounds, "Claims against their expectation"),
                       (plot_batch_sweep, "Batch sweep"), (plot_tts, "TTS time vs length"),
                       (plot_asr, "ASR latency per chunk")):
         try:
@@ -255,58 +271,21 @@ def write_report(results_path: str, out_dir: str) -> dict:
         if name:
             plots.append((title, name))
     counts = prov.get("counts") or {}
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    head = ["", "claim", "measured", "expected", "margin", "reference"]
-    md = ["# voiceperf report", "", f"{prov.get('device_name')} ({prov.get('device')}), profile "
-          f"{prov.get('profile')}, {prov.get('created')}, commit {str(prov.get('git_commit'))[:10]}", "",
-          f"**{summary}**" + ("" if prov.get("complete", True) else " (INCOMPLETE RUN)"), "",
-          "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    trs = []
+    rows = []
     for r in results:
         cells = row(r)
         iv = interval_text(r)
         if iv:  # the interval over rounds (and modes) beside the figure
             cells = (*cells[:2], f"{cells[2]}; {iv}", *cells[3:])
-        md.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-        reason = html.escape(r.get("reason") or "")
-        color = COLORS.get(r["outcome"], "black")
-        tds = "".join(f"<td>{html.escape(str(c))}</td>" for c in cells[1:])
-        trs.append(f'<tr><td style="color:{color};font-weight:bold">{MARK.get(r["outcome"], r["outcome"])}</td>{tds}'
-                   f'<td class="why">{reason}</td></tr>')
+        rows.append({"mark": MARK.get(r.outcome, r.outcome), "color": COLORS.get(r.outcome, "black"),
+                     "cells": cells[1:], "reason": r.reason})
     chunk_rows = _asr_chunk_table(results)
-    chunk_html = ""
-    if chunk_rows:
-        keys = list(chunk_rows[0].keys())
-        chunk_html = ("<h2>ASR chunk table (from the model's streaming config)</h2><table><tr>" +
-                      "".join(f"<th>{html.escape(k)}</th>" for k in keys) + "</tr>" +
-                      "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r.get(k)))}</td>" for k in keys) + "</tr>"
-                              for r in chunk_rows) + "</table>")
-        md += ["", "## ASR chunk table", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        md += ["| " + " | ".join(_fmt(r.get(k)) for k in keys) + " |" for r in chunk_rows]
-    for title, name in plots:
-        md += ["", f"## {title}", "", f"![{title}]({name})"]
-    imgs = "".join(f'<figure><img src="{n}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption></figure>'
-                   for t, n in plots)
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>voiceperf report</title>
-<style>body{{font:14px/1.4 system-ui,sans-serif;margin:24px;max-width:1200px;color:#1f2328}}
-table{{border-collapse:collapse;font-size:12px;width:100%}}
-td,th{{border-bottom:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top}}
-th{{background:#f6f8fa}}td.why{{color:#57606a;font-size:11px;max-width:380px}}
-figure{{display:inline-block;margin:8px;vertical-align:top}}img{{max-width:560px;border:1px solid #d0d7de}}
-.meta{{color:#57606a}}</style></head><body>
-<h1>voiceperf report</h1>
-<p class="meta">{html.escape(str(prov.get('device_name')))}
- ({html.escape(str(prov.get('device')))}) · profile {html.escape(str(prov.get('profile')))}
- · {html.escape(str(prov.get('created')))} · commit {html.escape(str(prov.get('git_commit'))[:10])}
- · {html.escape(str(prov.get('packages', {})))}</p>
-<h2>{html.escape(summary)}{'' if prov.get('complete', True) else ' (INCOMPLETE RUN)'}</h2>
-<table><tr><th></th><th>claim</th><th>measured</th><th>expected</th><th>margin</th><th>reference</th><th>reason</th></tr>
-{''.join(trs)}</table>
-{chunk_html}
-<h2>Plots</h2>{imgs or '<p>No figure in these results has a plot.</p>'}
-</body></html>"""
-    (out / "index.html").write_text(page)
-    (out / "report.md").write_text("\n".join(md) + "\n")
+    ctx = {"prov": prov, "summary": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+           "incomplete": not prov.get("complete", True), "rows": rows, "plots": plots,
+           "chunk_rows": chunk_rows, "chunk_keys": list(chunk_rows[0].keys()) if chunk_rows else []}
+    env = _templates()
+    (out / "index.html").write_text(env.get_template("report.html.j2").render(**ctx))
+    (out / "report.md").write_text(env.get_template("report.md.j2").render(**ctx))
     return {"html": str(out / "index.html"), "markdown": str(out / "report.md"), "plots": [n for _, n in plots]}
 
 

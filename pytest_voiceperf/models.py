@@ -114,6 +114,38 @@ def get(name: str) -> ModelSpec | None:
     return CATALOG.get(name)
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".nemo")
+
+
+def from_path(path: str) -> tuple[dict, str | None]:
+    """A model named by a Hugging Face-style folder (or its config.json): (config, weights folder or
+    None). A folder holding only its config gives dummy weights of that architecture; a folder with
+    weight files gives them. Raises ValueError saying what is missing."""
+    import json
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    folder = p.parent if p.name == "config.json" else p
+    cfg_path = folder / "config.json"
+    if not cfg_path.is_file():
+        raise ValueError(f"{path}: no config.json there (a model folder needs at least its config.json)")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except ValueError as exc:
+        raise ValueError(f"{cfg_path}: not JSON ({exc})") from None
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise ValueError(f"{cfg_path}: no model_type (write the architecture's model_type, e.g. \"llama\")")
+    has_weights = any(f.suffix in WEIGHT_SUFFIXES for f in folder.iterdir() if f.is_file())
+    return config, (str(folder) if has_weights else None)
+
+
+def family_of(config: dict) -> str | None:
+    archs = config.get("architectures") or []
+    if any(str(a).endswith(("ForCausalLM", "ForConditionalGeneration")) for a in archs):
+        return "llm"
+    return None
+
+
 def names(family: str | None = None) -> list[str]:
     return sorted(n for n, s in CATALOG.items() if family is None or s.family == family)
 

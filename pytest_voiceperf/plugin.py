@@ -34,7 +34,8 @@ def pytest_addoption(parser):
                 help="which cases of each claim run (claims' 'profiles'); default: cpu or cuda by device; "
                      "'full' runs every case")
     g.addoption("--voiceperf-model", action="append", default=[], metavar="NAME=PATH",
-                help="use real weights for a catalog model (path or hub id)")
+                help="name a model: real weights for a catalog name (path or hub id), or a folder holding a "
+                     "config.json (dummy weights of that architecture) or a config.json and weights")
     g.addoption("--voiceperf-data", action="append", default=[], metavar="NAME=PATH",
                 help="a data set a claim needs (e.g. an ASR manifest)")
     g.addoption("--voiceperf-spec", action="append", default=[], metavar="KEY=VALUE",
@@ -235,8 +236,8 @@ def _load_gate(config, vs, spec):
     except (FileNotFoundError, ValueError) as exc:
         raise pytest.UsageError(f"voiceperf baseline: {exc}") from None
     cur = vs.provenance()
-    cur["models"] = {n: {"dummy": n not in vs.options.model_overrides} for n in doc["provenance"].get("models", {})}
-    bad = gate.mismatches(doc["provenance"], cur)
+    cur["models"] = {n: {"dummy": n not in vs.options.model_overrides} for n in doc.provenance.get("models", {})}
+    bad = gate.mismatches(doc.provenance, cur)
     if bad and not config.getoption("voiceperf_allow_mismatch"):
         raise pytest.UsageError(
             f"voiceperf baseline {path} was measured on a different setup, comparing would mislead: "
@@ -288,11 +289,14 @@ def apply_verdict(item, call, rep) -> None:
     from .collect import InvalidClaimItem
     from .verdict import outcome_of
 
-    if call.when != "call":
+    exc = call.excinfo.value if call.excinfo else None
+    engine_failed = call.when == "setup" and isinstance(exc, EngineError)  # ClaimItem.setup measures
+    if call.when == "setup":
+        item.voiceperf_setup_s = call.duration
+    if call.when != "call" and not engine_failed:
         if rep.failed:
             rep.voiceperf_outcome = "error"
         return
-    exc = call.excinfo.value if call.excinfo else None
     if isinstance(item, InvalidClaimItem) and not isinstance(exc, (EngineError, Unmeasured)):
         exc = EngineError(str(exc) if exc else "invalid claim")  # a claim file that does not load
     result = item.result
@@ -308,7 +312,9 @@ def apply_verdict(item, call, rep) -> None:
         rep.longrepr = out.longrepr
     elif out.skip_text is not None:
         rep.longrepr = (str(item.path), item.line, out.skip_text)
-    result.duration_s = round(call.duration, 3)
+    elif engine_failed:
+        rep.longrepr = item.repr_failure(call.excinfo)  # the engine's log lines, not a traceback
+    result.duration_s = round(call.duration + (getattr(item, "voiceperf_setup_s", 0.0) if call.when == "call" else 0.0), 3)
     g = item.config.stash.get(STASH_GATE, None)
     if g is not None:
         msg = g.apply(result, item.location_str(), item.name)

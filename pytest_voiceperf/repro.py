@@ -15,26 +15,18 @@ import sys
 import time
 from pathlib import Path
 
+from .record import ResultsFile, results_file
 from .stats import DEFAULT_TOLERANCE
 
 DECIDED = ("passed", "failed", "xfailed", "xpassed")
 
 
-def _kind(r: dict) -> str:
-    why = str(r.get("reason", ""))
-    if r.get("outcome") == "unmeasured" and why.startswith("inconclusive"):
-        return "inconclusive"
-    if r.get("outcome") == "unmeasured" and why.startswith("disturbed"):
-        return "disturbed"
-    return str(r.get("outcome"))
-
-
-def flips(docs: list[dict]) -> list[tuple[str, list[str]]]:
+def flips(docs: list[ResultsFile]) -> list[tuple[str, list[str]]]:
     """Cases decided in at least two runs whose decided verdicts differ: (nodeid, outcomes per run)."""
     by: dict[str, list[str]] = {}
     for i, d in enumerate(docs):
-        for r in d["results"]:
-            by.setdefault(r["nodeid"], ["-"] * len(docs))[i] = _kind(r)
+        for r in d.results:
+            by.setdefault(r.nodeid, ["-"] * len(docs))[i] = r.kind_of_outcome
     out = []
     for nodeid, outs in by.items():
         decided = {o for o in outs if o in DECIDED}
@@ -43,44 +35,44 @@ def flips(docs: list[dict]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def counts(doc: dict) -> dict[str, int]:
+def counts(doc: ResultsFile) -> dict[str, int]:
     c: dict[str, int] = {}
-    for r in doc["results"]:
-        k = _kind(r)
+    for r in doc.results:
+        k = r.kind_of_outcome
         c[k] = c.get(k, 0) + 1
     return c
 
 
-def gate(old: dict, new: dict, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05):
-    from .gate import Gate, _disturbed
+def gate(old: ResultsFile, new: ResultsFile, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05):
+    from .gate import Gate
 
-    g = Gate("old", old, tolerance=tolerance, alpha=alpha, new_provenance=new.get("provenance"))
-    for r in new["results"]:
-        if r.get("value") is not None or r.get("probes") or _disturbed(r):
+    g = Gate("old", old, tolerance=tolerance, alpha=alpha, new_provenance=new.provenance)
+    for r in new.results:
+        if r.value is not None or r.probes or r.is_disturbed:
             g.check(r)
     return g
 
 
-def disjoint(a: dict, b: dict) -> list[tuple[str, str]]:
+def disjoint(a: ResultsFile, b: ResultsFile) -> list[tuple[str, str]]:
     """Cases of two same-setup runs whose timed intervals do not overlap: (nodeid, text). One run's
     interval then says nothing about where the next run sits: the figure depends on a state of the
     machine that the rounds of one run do not sample."""
-    old = {r["nodeid"]: r for r in a["results"]}
+    old = {r.nodeid: r for r in a.results}
     out = []
-    for r in b["results"]:
-        o = old.get(r["nodeid"])
-        if o is None or _kind(o) == "disturbed" or _kind(r) == "disturbed":
+    for r in b.results:
+        o = old.get(r.nodeid)
+        if o is None or o.kind_of_outcome == "disturbed" or r.kind_of_outcome == "disturbed":
             continue
-        c1, c2 = o.get("ci"), r.get("ci")
-        if not c1 or not c2 or str(o.get("ci_method", "")).startswith("exact") or str(r.get("ci_method", "")).startswith("exact"):
+        c1, c2 = o.ci, r.ci
+        if not c1 or not c2 or o.ci_method.startswith("exact") or r.ci_method.startswith("exact"):
             continue
         if c1[1] < c2[0] or c2[1] < c1[0]:
-            out.append((r["nodeid"], f"{o['value']:.4g} [{c1[0]:.4g}, {c1[1]:.4g}] then {r['value']:.4g} "
-                                     f"[{c2[0]:.4g}, {c2[1]:.4g}]"))
+            out.append((r.nodeid, f"{o.value:.4g} [{c1[0]:.4g}, {c1[1]:.4g}] then {r.value:.4g} "
+                                  f"[{c2[0]:.4g}, {c2[1]:.4g}]"))
     return out
 
 
-def safe_tolerance(old: dict, new: dict, alpha: float) -> float | None:
+def safe_tolerance(old: ResultsFile, new: ResultsFile, alpha: float) -> float | None:
     """The smallest gate tolerance (1% steps up to 50%) that raises no false alarm between two runs of
     the same setup: the machine's run-to-run noise as the gate sees it."""
     for pct in range(1, 51):
@@ -90,7 +82,9 @@ def safe_tolerance(old: dict, new: dict, alpha: float) -> float | None:
     return None
 
 
-def analyze(docs: list[dict], slow: dict | None = None, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05) -> dict:
+def analyze(docs: list, slow=None, tolerance: float = DEFAULT_TOLERANCE, alpha: float = 0.05) -> dict:
+    docs = [results_file(d) for d in docs]
+    slow = results_file(slow) if slow is not None else None
     out: dict = {"runs": len(docs), "counts": [counts(d) for d in docs], "flips": flips(docs), "false_alarms": [],
                  "tolerance": tolerance}
     for i in range(len(docs) - 1):

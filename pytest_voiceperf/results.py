@@ -1,12 +1,14 @@
-"""The results file: ``{"provenance": {...}, "results": [...]}``, written atomically."""
+"""The results file: ``{"provenance": {...}, "results": [...]}`` (typed in :mod:`.record`),
+written atomically, read as a :class:`~pytest_voiceperf.record.ResultsFile`, merged."""
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from .record import SCHEMA_VERSION, ResultRecord, ResultsFile, results_file
 
 
 def document(session, results: list[dict], config=None) -> dict:
@@ -24,8 +26,10 @@ def _counts(results: list[dict]) -> dict[str, int]:
     return counts
 
 
-def write(path: str | os.PathLike, doc: dict) -> Path:
+def write(path: str | os.PathLike, doc: dict | ResultsFile) -> Path:
     """Write atomically. An incomplete (interrupted) run goes to ``PATH.partial`` and leaves PATH intact."""
+    if isinstance(doc, ResultsFile):
+        doc = doc.dump()
     path = Path(path)
     if not doc["provenance"].get("complete", True):
         path = path.with_name(path.name + ".partial")
@@ -51,7 +55,8 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def read(path: str | os.PathLike) -> dict:
+def read(path: str | os.PathLike) -> ResultsFile:
+    """A results file as records; anything else is a ValueError naming the file."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -59,15 +64,14 @@ def read(path: str | os.PathLike) -> dict:
         raise ValueError(f"{path}: not a voiceperf results file ({exc})") from None
     if not isinstance(doc, dict) or "results" not in doc or "provenance" not in doc:
         raise ValueError(f"{path}: not a voiceperf results file (no 'provenance'/'results')")
-    return doc
+    return results_file(doc, str(path))
 
 
-def _engines(result: dict) -> list[str]:
-    return sorted({str(p["info"]["engine"]) for p in (result.get("probes") or {}).values()
-                   if isinstance(p, dict) and isinstance(p.get("info"), dict) and p["info"].get("engine")})
+def _engines(result: ResultRecord) -> list[str]:
+    return sorted({str(p.info["engine"]) for p in result.probes.values() if p.info.get("engine")})
 
 
-def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[dict, list[str]]:
+def merge(inputs: Sequence[tuple[str, ResultsFile | dict]], allow_mismatch: bool = False) -> tuple[ResultsFile, list[str]]:
     """One results file from several runs of one setup (a suite split over calls, jobs or GPUs).
 
     A case found in more than one file is taken from the most recently created run, except that
@@ -81,45 +85,44 @@ def merge(docs: list[tuple[str, dict]], allow_mismatch: bool = False) -> tuple[d
     """
     from . import gate
 
+    docs = [(path, results_file(d, path)) for path, d in inputs]
     first_path, first = docs[0]
     for path, doc in docs[1:]:
-        bad = gate.mismatches(first["provenance"], doc["provenance"])
+        bad = gate.mismatches(first.provenance, doc.provenance)
         if bad and not allow_mismatch:
             raise ValueError(f"{path} and {first_path} are runs of different setups: " + "; ".join(bad)
                              + " (pass --allow-mismatch to merge anyway)")
-    order = sorted(range(len(docs)), key=lambda i: str(docs[i][1]["provenance"].get("created") or ""))
-    by_id: dict[str, dict] = {}
+    order = sorted(range(len(docs)), key=lambda i: str(docs[i][1].provenance.get("created") or ""))
+    by_id: dict[str, ResultRecord] = {}
     notes: list[str] = []
     for i in order:
         path, doc = docs[i]
-        for r in doc["results"]:
-            r = dict(r, source=r.get("source") or os.path.basename(path))
-            old = by_id.get(r["nodeid"])
+        for r in doc.results:
+            r = r.model_copy(update={"source": r.source or os.path.basename(path)})
+            old = by_id.get(r.nodeid)
             if old is not None:
                 was, now = _engines(old), _engines(r)
                 if was and now and was != now and not allow_mismatch:
-                    raise ValueError(f"{r['nodeid']} was measured by {', '.join(was)} in {old['source']} "
-                                     f"and by {', '.join(now)} in {r['source']}: merge runs of one engine "
+                    raise ValueError(f"{r.nodeid} was measured by {', '.join(was)} in {old.source} "
+                                     f"and by {', '.join(now)} in {r.source}: merge runs of one engine "
                                      "(or pass --allow-mismatch to let the newer run win)")
-                if r["outcome"] == "error" and old["outcome"] != "error":
-                    notes.append(f"kept {r['nodeid']} from {old['source']} ({old['outcome']}); "
-                                 f"{r['source']} has an error")
+                if r.outcome == "error" and old.outcome != "error":
+                    notes.append(f"kept {r.nodeid} from {old.source} ({old.outcome}); {r.source} has an error")
                     continue
-                notes.append(f"{r['nodeid']}: {r['source']} ({r['outcome']}) replaces "
-                             f"{old['source']} ({old['outcome']})")
-            by_id[r["nodeid"]] = r
-    newest = docs[order[-1]][1]["provenance"]
+                notes.append(f"{r.nodeid}: {r.source} ({r.outcome}) replaces {old.source} ({old.outcome})")
+            by_id[r.nodeid] = r
+    newest = docs[order[-1]][1].provenance
     prov = dict(newest)
-    prov["complete"] = all(d["provenance"].get("complete", True) for _, d in docs)
-    prov["duration_s"] = round(sum(float(d["provenance"].get("duration_s") or 0) for _, d in docs), 2)
-    prov["engines"] = [e for _, d in docs for e in (d["provenance"].get("engines") or [])]
+    prov["complete"] = all(d.provenance.get("complete", True) for _, d in docs)
+    prov["duration_s"] = round(sum(float(d.provenance.get("duration_s") or 0) for _, d in docs), 2)
+    prov["engines"] = [e for _, d in docs for e in (d.provenance.get("engines") or [])]
     models: dict = {}
     for _, d in docs:
-        models.update(d["provenance"].get("models") or {})
+        models.update(d.provenance.get("models") or {})
     prov["models"] = models
-    prov["merged_from"] = [{"path": p, **{k: d["provenance"].get(k) for k in (
+    prov["merged_from"] = [{"path": p, **{k: d.provenance.get(k) for k in (
         "created", "git_commit", "git_dirty", "command", "complete", "counts", "duration_s")}} for p, d in docs]
     prov["command"] = None
     results = list(by_id.values())
-    prov["counts"] = _counts(results)
-    return {"schema_version": SCHEMA_VERSION, "provenance": prov, "results": results}, notes
+    prov["counts"] = _counts([r.dump() for r in results])
+    return ResultsFile(schema_version=SCHEMA_VERSION, provenance=prov, results=results), notes

@@ -46,6 +46,7 @@ class CaseResult:
     unit: str = ""
     spread: tuple[float, float] | None = None
     expect: str = ""
+    bounds: list | None = None  # [lower, upper] of the expectation, None where open
     margin: float | None = None
     reason: str = ""
     samples: list[float] = field(default_factory=list)
@@ -176,15 +177,37 @@ class ProbeContext:
             raise
 
     def model(self, name: str) -> dict:
-        """{name, family, config, weights: PATH|None, dummy: bool}; unknown names are unmeasured."""
+        """{name, family, config, weights: PATH|None, dummy: bool}; unknown names are unmeasured.
+
+        A name is a catalog architecture, a name given with ``--voiceperf-model NAME=PATH``, or a
+        path to a Hugging Face-style folder (or its config.json). A folder with only its
+        config.json gives dummy weights of that architecture, one with weight files real ones."""
         spec = models.get(name)
-        weights = self.session.options.model_overrides.get(name)
-        if spec is None and weights is None:
+        path = self.session.options.model_overrides.get(name)
+        config = spec.config if spec else None
+        weights = path
+        if path is None and spec is None and ("/" in name or name.endswith(".json")):
+            cand = Path(name) if Path(name).is_absolute() else self.session.rootdir / name
+            path = str(cand) if cand.exists() else None
+            if path is None:
+                raise Unmeasured(f"model {name!r}: no such folder or config.json (relative to {self.session.rootdir})")
+        if (path is not None and (spec is None or spec.family == "llm") and Path(path).exists()
+                and (Path(path).is_dir() or path.endswith(".json"))):
+            try:
+                config, weights = models.from_path(path)
+            except ValueError as exc:
+                if name in self.session.options.model_overrides and spec is None:
+                    config = None  # another family's checkpoint (VoxCPM, NeMo): its engine reads the folder
+                else:
+                    raise Unmeasured(f"model {name!r}: {exc}") from None
+        if spec is None and config is None and weights is None:
             raise Unmeasured(f"unknown model {name!r}; known: {', '.join(models.names())} "
-                             f"(or point it at weights with --voiceperf-model {name}=PATH)")
-        self.session.models_used[name] = {"weights": weights, "dummy": weights is None}
-        return {"name": name, "family": spec.family if spec else None, "config": spec.config if spec else None,
-                "weights": weights, "dummy": weights is None}
+                             f"(or name a model folder: --voiceperf-model {name}=PATH, PATH holding its config.json "
+                             "and, for real weights, the weights)")
+        family = spec.family if spec else (models.family_of(config) if config else None)
+        self.session.models_used[name] = {"weights": weights, "dummy": weights is None,
+                                          "model_type": (config or {}).get("model_type")}
+        return {"name": name, "family": family, "config": config, "weights": weights, "dummy": weights is None}
 
     def data(self, name: str) -> str:
         path = self.session.options.data.get(name)
@@ -372,6 +395,7 @@ class VoiceperfSession:
         claim = case.claim.model
         result.unit = claim.unit
         result.expect = claim.expect.describe()
+        result.bounds = list(claim.expect.bounds())
         result.reference = claim.reference.model_dump(exclude_none=True) if claim.reference else None
         result.kind = claim.kind
         result.tolerance = claim.tolerance

@@ -29,10 +29,17 @@ class State:
         self.named: set[Path] = set()  # files named on the command line or in --voiceperf-claims
         self.pattern: re.Pattern = re.compile(r"\.ya?ml$")  # ini voiceperf_claim_pattern
 
+    @pytest.hookimpl(trylast=True)  # after xdist turned the xdist_group marks into node-id suffixes
+    def pytest_collection_modifyitems(self, config, items):
+        if config.getoption("voiceperf_gpus", None) and getattr(config.option, "loadgroup", False):
+            from .gpus import ensure_groups
+
+            ensure_groups(items)
+
     def pytest_runtest_logreport(self, report):
         """Results arrive as reports, so the xdist controller sees every worker's."""
         data = getattr(report, "voiceperf", None)
-        if data is not None and report.when == "call":
+        if data is not None and (report.when == "call" or (report.when == "setup" and report.failed)):
             self.results[report.nodeid] = data
             if self.config.getoption("voiceperf_json") and not hasattr(self.config, "workerinput"):
                 write_results(self.config, complete=False)  # a run stopped at any point keeps what it measured
@@ -78,8 +85,7 @@ def resumed(config) -> dict:
             doc = results.read(path)
         except ValueError as exc:
             raise pytest.UsageError(f"--voiceperf-resume: {exc}") from None
-        config.stash[_RESUME] = {r["nodeid"]: r for r in doc["results"]
-                                 if isinstance(r, dict) and r.get("nodeid") and r.get("outcome") != "error"}
+        config.stash[_RESUME] = {r.nodeid: r.dump() for r in doc.results if r.outcome != "error"}
     return config.stash[_RESUME]
 
 

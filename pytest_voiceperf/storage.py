@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .record import ResultsFile
 from .results import atomic_write_text, read
 
 ROOT = ".voiceperf"
@@ -46,6 +47,6 @@ def find(spec: str, rootdir: Path, machine_id: str | None = None) -> Path:
     raise FileNotFoundError(f"no saved voiceperf run {spec!r} (looked for a file, and under {base})")
 
 
-def load(spec: str, rootdir: Path, machine_id: str | None = None) -> tuple[Path, dict]:
+def load(spec: str, rootdir: Path, machine_id: str | None = None) -> tuple[Path, ResultsFile]:
     path = find(spec, rootdir, machine_id)
     return path, read(path)

@@ -3,6 +3,7 @@ import json
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers import claim
@@ -263,6 +264,75 @@ def test_a_probe_name_defined_twice_is_an_error(pytester, monkeypatch):
     res.stderr.fnmatch_lines(["*voiceperf: probe 'hw.read_bandwidth' is defined twice*"])
 
 
+def _installed_engine(tmp, name="acme"):
+    """An engine package installed the way pip installs one: a light module holding its Family
+    (entry point group pytest_voiceperf.engines), the Engine module the worker imports, and a probe
+    (entry point group pytest_voiceperf.probes) that calls it."""
+    site = tmp / "site"
+    (site / "acme_engine-1.0.dist-info").mkdir(parents=True)
+    (site / "acme_family.py").write_text(textwrap.dedent(f'''
+        from pytest_voiceperf.engines import Family
+        FAMILY = Family("{name}", "acme_engine_impl", (), "pip install acme-engine")
+    '''))
+    (site / "acme_engine_impl.py").write_text(textwrap.dedent('''
+        import os
+
+        class Engine:
+            def __init__(self, model="tiny", **_):
+                self.model = model
+
+            def info(self):
+                return {"engine": "acme", "model": self.model, "pid": os.getpid()}
+
+            def measure(self, value=1.0):
+                return {"value": float(value), "pid": os.getpid()}
+
+            def close(self):
+                pass
+    '''))
+    (site / "acme_engine_probes.py").write_text(textwrap.dedent(f'''
+        import os
+        from pytest_voiceperf.probes import Measurement, probe
+
+        @probe("acme.measure", engine="{name}", outputs={{"value": "x", "other_process": ""}})
+        def measure(ctx, value: float = 1.0):
+            r = ctx.call("{name}", {{"model": "tiny"}}, "measure", value=value)
+            return Measurement({{"value": r["value"], "other_process": float(r["pid"] != os.getpid())}})
+    '''))
+    dist = site / "acme_engine-1.0.dist-info"
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-engine\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[pytest_voiceperf.engines]\n{name} = acme_family:FAMILY\n\n"
+                                           "[pytest_voiceperf.probes]\nacme = acme_engine_probes\n")
+    return site
+
+
+def test_an_installed_engine_family_runs_in_its_own_worker(pytester, monkeypatch):
+    site = _installed_engine(pytester.path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    pytester.mkdir("claims")
+    (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-engine", "e.value * e.other_process", "{min: 1.5}",
+                                                               "e: {probe: acme.measure, value: 2.0}"))
+    res = pytester.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    res.assert_outcomes(passed=1)
+    started = json.loads((pytester.path / "o.json").read_text())["provenance"]["engines"]
+    assert [e["family"] for e in started] == ["acme"] and started[0]["info"]["engine"] == "acme"
+
+
+def test_an_engine_name_taken_twice_makes_its_claims_unmeasured_with_the_reason(pytester, monkeypatch):
+    site = _installed_engine(pytester.path, name="vllm")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    pytester.mkdir("claims")
+    (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-engine", "e.value", "{min: 1.5}",
+                                                               "e: {probe: acme.measure, value: 2.0}"))
+    res = pytester.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    res.stdout.fnmatch_lines(["*1 unmeasured*"])
+    r = json.loads((pytester.path / "o.json").read_text())["results"][0]
+    assert r["outcome"] == "unmeasured"
+    assert r["reason"].startswith("engine 'vllm' not loaded: engine 'vllm' is defined twice: built-in "
+                                  "pytest_voiceperf.engines.vllm_engine and entry point 'vllm'"), r["reason"]
+    assert r["reason"].endswith("rename one of them")
+
+
 def test_named_python_tests_run_beside_the_claims(vp):
     write(vp, "a.yaml", claim("c-a"))
     vp.makepyfile(test_x="def test_plain():\n    assert True\n")
@@ -285,3 +355,23 @@ def test_claim_files_are_found_by_the_ini_pattern(vp):
     res = vp.runpytest("--voiceperf")
     assert res.ret == 4
     res.stderr.fnmatch_lines(["*voiceperf_claim_pattern is not a regular expression*"])
+
+
+def test_the_repository_conftest_adds_a_probe_that_its_example_claim_uses(pytester):
+    """The top-level conftest.py is the documented way to add a probe without a package: pytest
+    and `voiceperf validate` both see it."""
+    root = Path(__file__).resolve().parents[1]
+    pytester.makeconftest((root / "conftest.py").read_text())
+    pytester.mkdir("examples")
+    pytester.mkdir("examples/claims")
+    text = (root / "examples" / "claims" / "host-frame-timer.yaml").read_text()
+    (pytester.path / "examples" / "claims" / "host-frame-timer.yaml").write_text(
+        text.replace("frames: 100}", "frames: 10, reps: 2}"))  # 0.4 s a round here
+    res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "examples/claims")
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    res = pytester.runpytest("--voiceperf", "--voiceperf-claims", "examples/claims", "-v",
+                             "--voiceperf-json", "o.json")
+    r = json.loads((pytester.path / "o.json").read_text())["results"][0]
+    assert r["claim"] == "host-frame-timer" and r["rounds"] >= 3  # timed: rounds, not one exact call
+    assert r["outcome"] in ("passed", "failed", "unmeasured") and "unknown probe" not in str(r.get("reason"))
+    assert r["probes"]["t"]["values"]["frames"] == 10.0 and r["probes"]["t"]["values"]["late_p99_ms"] >= 0.0

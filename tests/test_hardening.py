@@ -72,8 +72,15 @@ def test_crashed_engine_is_an_error_and_the_next_claim_gets_a_fresh_engine(vp):
     (vp.path / "claims/a1.yaml").write_text(claim("a1-echo", "method: echo, value: 1.0"))
     (vp.path / "claims/a2.yaml").write_text(claim("a2-crash", "method: crash"))
     (vp.path / "claims/a3.yaml").write_text(claim("a3-echo", "method: echo, value: 2.0"))
-    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:randomly")
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:randomly", "--junitxml", "j.xml")
     res.stdout.fnmatch_lines(["*a2-crash ERROR*", "*1 error*"])
+    # JUnit: an engine failure is an <error> (the case's measurement is its fixture), a verdict is not
+    import xml.etree.ElementTree as ET
+
+    cases = {c.get("name"): c for c in ET.parse(vp.path / "j.xml").getroot().iter("testcase")}
+    tags = [e.tag for e in cases["a2-crash"] if e.tag in ("error", "failure")]
+    assert tags == ["error"] and "killed by SIGKILL" in cases["a2-crash"].find("error").text
+    assert not [e.tag for e in cases["a1-echo"] if e.tag in ("error", "failure")]
     r = results(vp)
     assert r["a1-echo"]["outcome"] == "passed" and r["a3-echo"]["outcome"] == "passed"
     crash = r["a2-crash"]

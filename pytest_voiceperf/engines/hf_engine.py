@@ -130,7 +130,11 @@ class Engine:
                              "torch.compile (Inductor, CPU)" if self.compiled else
                              "eager (compilation asked for but generate() did not compile)" if self.compile == "on" else
                              "eager (on the CPU compiling cost ~2 min per shape for +11% decode)"),
-            "weight_bytes": wb, "weight_bytes_source": "config shapes (qwen3), checked against the loaded model",
+            "model_type": getattr(self.model.config, "model_type", None),
+            "architectures": list(getattr(self.model.config, "architectures", None) or []),
+            "weight_bytes": wb,
+            "weight_bytes_source": (c.get("source") or "config shapes (qwen3)") + ", checked against the loaded model"
+            if c.get("weights") else "loaded model parameters",
             "loaded_model_bytes": self.loaded["bytes"], "decode_read_bytes": c.get("decode_read", wb),
             "kv_bytes_per_token": c.get("kv_per_token"), "bytes_per_linear_weight": c.get("bytes_per_linear_weight"),
             "params": c.get("params"), "tied_embedding": c.get("tied_embedding"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -25,7 +26,8 @@ def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     import hashlib
 
     root = os.environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
-    d = os.path.join(root, "models", f"{spec_model}-{hashlib.sha256(text.encode()).hexdigest()[:12]}")
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec_model).strip("._")[-60:] or "model"  # a path given as the name
+    d = os.path.join(root, "models", f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}")
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, "config.json")
     try:
@@ -53,10 +55,64 @@ def weights_config(config: dict | None, weights: str | None) -> dict | None:
 
 
 def byte_counts(config: dict | None, dtype: str, quantization: str | None) -> dict:
-    """Weight / KV bytes from the config's shapes (see :func:`models.qwen3_bytes`)."""
-    if not config or config.get("model_type") != "qwen3":
+    """Weight / KV bytes: from the config's shapes for Qwen3 (:func:`models.qwen3_bytes`), from the
+    architecture built on the meta device for any other (:func:`meta_bytes`)."""
+    if not config:
         return {}
-    return models.qwen3_bytes(config, dtype, quantization)
+    if config.get("model_type") == "qwen3":
+        return models.qwen3_bytes(config, dtype, quantization)
+    return meta_bytes(config, dtype, quantization)
+
+
+def meta_bytes(config: dict, dtype: str, quantization: str | None) -> dict:
+    """Weight and KV bytes of any transformers architecture, counted on its model built on the meta
+    device (no memory): the parameters (a tied embedding once), the linear layers, the input and
+    output embeddings. Decode reads every weight once per token, the input embedding only one row
+    (untied); FP8 as in :func:`models.qwen3_bytes`. A mixture of experts reads only its active
+    experts: the count says so instead of pretending."""
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        cfg = dict(config)
+        mt = cfg.pop("model_type")
+        hf_cfg = AutoConfig.for_model(mt, **cfg)
+        with torch.device("meta"):
+            m = AutoModelForCausalLM.from_config(hf_cfg)
+    except Exception as exc:
+        return {"error": f"the architecture did not build on the meta device: {type(exc).__name__}: {exc}"[:300]}
+    total = sum(p.numel() for p in m.parameters())
+    emb = m.get_input_embeddings().weight
+    out = m.get_output_embeddings()
+    tied = out is not None and out.weight is emb
+    head = 0 if (out is None or tied) else out.weight.numel()
+    linear = sum(mod.weight.numel() for name, mod in m.named_modules()
+                 if isinstance(mod, torch.nn.Linear) and mod is not out)
+    wb = models.DTYPE_BYTES[dtype]
+    layers = int(config.get("num_hidden_layers") or 0)
+    if quantization in (None, "", "none"):
+        linear_b, lin_bpw, scales = linear * wb, wb, 0
+    elif quantization == "fp8":
+        n_lin = sum(1 for mod in m.modules() if isinstance(mod, torch.nn.Linear) and mod is not out)
+        linear_b, lin_bpw, scales = linear, 1, n_lin * 4
+    else:
+        raise ValueError(f"unknown quantization {quantization!r}")
+    weights = linear_b + (total - linear) * wb + scales
+    hidden = int(config.get("hidden_size") or emb.shape[1])
+    unread = 0 if tied else (emb.numel() - hidden) * wb
+    heads = int(config.get("num_attention_heads") or 1)
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    moe = any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+    return {"weights": weights, "decode_read": weights - unread, "kv_per_token": 2 * layers * kv_heads * head_dim * wb,
+            "bytes_per_linear_weight": lin_bpw,
+            "params": {"total": int(total), "non_embedding": int(total - emb.numel() - head),
+                       "embedding": int(emb.numel()), "lm_head": int(head), "linear": int(linear)},
+            "source": f"{mt} built on the meta device (transformers)",
+            "tied_embedding": "counted once; decode reads it once per token as the lm_head matmul" if tied else
+            "untied: lm_head read in full per token, input embedding only one row per token",
+            **({"moe": "a mixture of experts reads only its active experts per token: decode_read overcounts"}
+               if moe else {})}
 
 
 def meta_param_count(config: dict) -> dict:
@@ -80,8 +136,8 @@ def meta_param_count(config: dict) -> dict:
 
 
 def check_counts(config: dict | None, counts: dict) -> dict:
-    if not counts or not config:
-        return {}
+    if not counts or not config or "params" not in counts or counts.get("source"):
+        return {}  # counts from the meta model itself: nothing independent to check them against
     meta = meta_param_count(config)
     p = counts["params"]
     if "total" in meta:

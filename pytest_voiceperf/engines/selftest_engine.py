@@ -24,6 +24,9 @@ class Engine:
     def info(self) -> dict:
         return {"engine": "selftest", "pid": self.pid, "model": self.model}
 
+    def close(self) -> None:
+        self.hog.clear()
+
     def echo(self, value: float = 1.0, n: int = 5, warmup_s: float = 0.0, work_s: float = 0.0) -> dict:
         progress(f"echo {value}")
         with warming():

@@ -62,7 +62,8 @@ class Engine:
         self.prefix_caching = bool(prefix_caching)
         cfg = common.weights_config(config, weights)  # a real checkpoint's own config.json wins
         self.vocab = int((cfg or {}).get("vocab_size", 32000))
-        self.max_model_len = int(max_model_len)
+        # a config's own context length bounds the engine's (vLLM refuses a longer one)
+        self.max_model_len = min(int(max_model_len), int((cfg or {}).get("max_position_embeddings") or max_model_len))
         if enforce_eager is None:
             enforce_eager = device != "cuda"
         self.enforce_eager = bool(enforce_eager)
@@ -111,6 +112,9 @@ class Engine:
         self._seed = 1000 + seed
         self._prefilled: set[tuple[int, bool]] = set()
         self.counts = common.byte_counts(cfg, dtype, quantization)
+        hf = getattr(getattr(self.llm.llm_engine, "model_config", None), "hf_config", None)
+        self.model_type = getattr(hf, "model_type", None) or (cfg or {}).get("model_type")
+        self.architectures = list(getattr(hf, "architectures", None) or (cfg or {}).get("architectures") or [])
         self.meta = common.check_counts(cfg, self.counts)
         try:
             ranks = self.llm.apply_model(_loaded_param_bytes)
@@ -130,11 +134,13 @@ class Engine:
     def info(self) -> dict:
         c = self.counts
         weight_bytes = c.get("weights")
-        source = "config shapes (qwen3)"
+        source = c.get("source") or "config shapes (qwen3)"
         if weight_bytes is None and "bytes" in self.loaded:
             weight_bytes, source = self.loaded["bytes"], "loaded model parameters"
         return {
             "engine": "vllm", "engine_version": self.version, "model": self.name, "dummy_weights": self.dummy,
+            "model_type": self.model_type, "architectures": self.architectures,
+            **({"byte_count_error": c["error"]} if "error" in c else {}), **({"moe": c["moe"]} if "moe" in c else {}),
             "device": self.device, "dtype": self.dtype, "quantization": self.quantization,
             "enforce_eager": self.enforce_eager,
             "cudagraph_capture_sizes": CAPTURE_SIZES if self.device == "cuda" and not self.enforce_eager else None,

@@ -1,0 +1,127 @@
+"""The typed results file: one record per measured case, read by the gate, the report, merge and
+repro alike (``results.schema.json`` is this module's schema; a test keeps them equal).
+
+Every field a run writes is declared here with its meaning. Files written by earlier versions
+load too: what they lack takes its default (a file from before rounds has ``rounds`` None, and
+the gate calls its figures untestable), and fields this version does not know are kept as they
+are (``extra="allow"``), so reading and writing a file never drops anything.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
+
+
+class ProbeRecord(BaseModel):
+    """One probe call of a case: its arguments and the figures it gave."""
+    model_config = ConfigDict(extra="allow")
+
+    probe: str = Field("", description="the probe's name, e.g. llm.decode")
+    args: dict[str, Any] = Field(default_factory=dict, description="the arguments it was called with")
+    values: dict[str, Any] = Field(default_factory=dict, description="output -> median of the round figures")
+    samples: dict[str, list[Any]] = Field(default_factory=dict, description="output -> the round figures")
+    info: dict[str, Any] = Field(default_factory=dict, description="what the probe reports beside its figures")
+    units: dict[str, str] = Field(default_factory=dict, description="output -> unit")
+
+
+class ResultRecord(BaseModel):
+    """One case of one claim: the verdict, the figure, its interval over rounds and its probes."""
+    model_config = ConfigDict(extra="allow")
+
+    nodeid: str = Field(description="pytest node id: claim file :: claim id [parameters]")
+    claim: str = Field("", description="the claim's id")
+    outcome: str = Field(description="passed | failed | xfailed | xpassed | unmeasured | error")
+    reason: str = Field("", description="why (the failure, 'inconclusive: ...', 'disturbed: ...', the engine error)")
+    params: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = None
+    line: int | None = None
+    kind: str = ""
+    value: float | None = Field(None, description="the metric: median of its round figures")
+    unit: str = ""
+    expect: str = Field("", description="the expectation in words")
+    bounds: list[float | None] | None = Field(None, description="[lower, upper] of the expectation (None: open)")
+    margin: float | None = None
+    spread: list[float] | None = None
+    samples: list[Any] = Field(default_factory=list, description="the metric per round")
+    round_values: list[Any] = Field(default_factory=list)
+    rep_samples: list[Any] = Field(default_factory=list, description="the metric per repetition, all rounds")
+    rounds: int | None = Field(None, description="rounds taken; None in files from before rounds")
+    ci: list[float] | None = Field(None, description="interval of the metric over rounds")
+    ci_method: str = ""
+    decision: str = ""
+    modes: list[dict[str, Any]] | None = None
+    unstable: list[float] | None = Field(None, description="[slowest, fastest] repetition when they span 1.5x")
+    disturbed: list[str] = Field(default_factory=list, description="causes of rounds dropped as disturbed")
+    higher_is_better: bool | None = None
+    tolerance: float | None = None
+    reference: dict[str, Any] | None = None
+    probes: dict[str, ProbeRecord] = Field(default_factory=dict)
+    baseline: list[dict[str, Any]] | None = None
+    duration_s: float = 0.0
+    worker: str | None = None
+    gpu: str | None = None
+    engine_instances: int | None = None
+    source: str | None = Field(None, description="the file a merged result came from")
+
+    @property
+    def has_rounds(self) -> bool:
+        """Files written before rounds hold repetitions in ``samples``: never compared as rounds."""
+        return self.rounds is not None
+
+    @property
+    def is_disturbed(self) -> bool:
+        return self.reason.startswith("disturbed") or (self.outcome == "unmeasured" and bool(self.disturbed))
+
+    @property
+    def kind_of_outcome(self) -> str:
+        """The outcome with unmeasured split: inconclusive, disturbed or unmeasured."""
+        if self.outcome == "unmeasured" and self.reason.startswith("inconclusive"):
+            return "inconclusive"
+        if self.outcome == "unmeasured" and self.reason.startswith("disturbed"):
+            return "disturbed"
+        return self.outcome
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class ResultsFile(BaseModel):
+    """``{"schema_version", "provenance", "results"}``: one run (or a merge of runs of one setup)."""
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    provenance: dict[str, Any] = Field(description="machine, packages, models, ceilings, timing, command")
+    results: list[ResultRecord]
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def result(r: ResultRecord | dict) -> ResultRecord:
+    return r if isinstance(r, ResultRecord) else ResultRecord.model_validate(r)
+
+
+def results_file(doc: ResultsFile | dict, where: str = "results") -> ResultsFile:
+    """A results document as records; a malformed one is a ValueError naming the record."""
+    if isinstance(doc, ResultsFile):
+        return doc
+    try:
+        return ResultsFile.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"{where}: not a voiceperf results file ({loc}: {err['msg']})") from None
+
+
+def schema() -> dict:
+    return ResultsFile.model_json_schema()
+
+
+def schema_text() -> str:
+    return json.dumps(schema(), indent=1, sort_keys=True) + "\n"
