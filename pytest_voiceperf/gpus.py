@@ -112,6 +112,15 @@ def ensure_groups(items) -> None:
         _set_nodeid(item, f"{item.nodeid}@{mark.kwargs.get('name') or (mark.args[0] if mark.args else 'default')}")
 
 
+class XdistGroups:
+    """Registered under ``--voiceperf-gpus``: its hook runs after xdist's (trylast)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        if getattr(config.option, "loadgroup", False):
+            ensure_groups(items)
+
+
 def _set_nodeid(item, nodeid: str) -> None:
     try:  # pytest >= 9 keeps a NodeId object (xdist 3.8's own `_nodeid` assignment misses it)
         from _pytest.nodeid import coerce_node_id

@@ -114,6 +114,10 @@ def pytest_configure(config):
     except re.error as exc:
         raise pytest.UsageError(f"ini option voiceperf_claim_pattern is not a regular expression: {exc}") from None
     config.pluginmanager.register(state, "voiceperf-state")
+    if config.getoption("voiceperf_gpus", None):
+        from .gpus import XdistGroups
+
+        config.pluginmanager.register(XdistGroups(), "voiceperf-xdist-groups")
     explicit = config.getoption("voiceperf_claims")
     if explicit:
         roots = [Path(p) for p in explicit]

@@ -29,13 +29,6 @@ class State:
         self.named: set[Path] = set()  # files named on the command line or in --voiceperf-claims
         self.pattern: re.Pattern = re.compile(r"\.ya?ml$")  # ini voiceperf_claim_pattern
 
-    @pytest.hookimpl(trylast=True)  # after xdist turned the xdist_group marks into node-id suffixes
-    def pytest_collection_modifyitems(self, config, items):
-        if config.getoption("voiceperf_gpus", None) and getattr(config.option, "loadgroup", False):
-            from .gpus import ensure_groups
-
-            ensure_groups(items)
-
     def pytest_runtest_logreport(self, report):
         """Results arrive as reports, so the xdist controller sees every worker's."""
         data = getattr(report, "voiceperf", None)
