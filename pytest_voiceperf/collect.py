@@ -60,6 +60,9 @@ class ClaimItem(pytest.Item):
         self.add_marker("voiceperf")
         for m in claim.model.marks:
             self.add_marker(m)
+        # a claim mistake found here (an xfail or profile condition that cannot be evaluated, an
+        # engine_key that fails) makes this case an error naming file:line, never a silent default
+        self.problem: str | None = None
         xf = claim.model.xfail
         self.xfail_reason = None
         if xf is not None:
@@ -67,8 +70,10 @@ class ClaimItem(pytest.Item):
             if xf.when:
                 try:
                     when = bool(expr.evaluate(xf.when, self._names()))
-                except expr.ExprError:
+                except expr.ExprError as exc:
                     when = False
+                    self.problem = (f"{self._at('xfail', 'when')}: xfail when {xf.when!r} cannot be evaluated for "
+                                    f"{dict(case.params)}: {exc}; it may use the claim's params, device and profile")
             if when:
                 self.xfail_reason = xf.reason
                 self.add_marker(pytest.mark.xfail(reason=xf.reason, strict=xf.strict, raises=VerdictFailed))
@@ -89,8 +94,10 @@ class ClaimItem(pytest.Item):
                 if getattr(spec, "engine_key", None) is not None:
                     try:
                         return f"{spec.engine}:{spec.engine_key({**spec.params, **call.args})}"
-                    except Exception:
-                        pass
+                    except Exception as exc:
+                        self.problem = self.problem or (
+                            f"{self._at('measure')}: probe {call.probe} cannot name the engine for arguments "
+                            f"{call.args}: {type(exc).__name__}: {exc}; check the argument types")
                 return f"{spec.engine}:{call.args.get('model', '')}"
         return ""
 
@@ -102,8 +109,13 @@ class ClaimItem(pytest.Item):
             return True
         try:
             return bool(expr.evaluate(cond, self._names(device, profile)))
-        except expr.ExprError:
+        except expr.ExprError as exc:  # kept, and an error that says why (never silently in or out)
+            self.problem = self.problem or (f"{self._at('profiles', profile)}: profiles.{profile} {cond!r} cannot be "
+                                            f"evaluated for {dict(self.case.params)}: {exc}")
             return True
+
+    def _at(self, *keys: str) -> str:
+        return f"{self.nodeid.split('::')[0]}:{self.claim.line(*keys)}"
 
     def location_str(self) -> str:
         return f"{self.nodeid.split('::')[0]}:{self.line}"
@@ -115,6 +127,8 @@ class ClaimItem(pytest.Item):
         from .state import get_session
 
         self._verdict: BaseException | None = None
+        if self.problem:
+            raise EngineError(self.problem)  # a mistake in the claim file: an error, not a verdict
         vs = get_session(self.config)
         try:
             vs.run_case(self.case, self.result)

@@ -375,3 +375,18 @@ def test_the_repository_conftest_adds_a_probe_that_its_example_claim_uses(pytest
     assert r["claim"] == "host-frame-timer" and r["rounds"] >= 3  # timed: rounds, not one exact call
     assert r["outcome"] in ("passed", "failed", "unmeasured") and "unknown probe" not in str(r.get("reason"))
     assert r["probes"]["t"]["values"]["frames"] == 10.0 and r["probes"]["t"]["values"]["late_p99_ms"] >= 0.0
+
+
+def test_a_condition_that_cannot_be_evaluated_is_an_error_naming_the_line(vp):
+    """An xfail `when` or a profile condition that fails at run time never silently decides: the
+    case is an error that names file:line; the other claims run."""
+    write(vp, "w.yaml", claim("c-when", extra="params: {n: [1, 2]}\nxfail: {reason: r, when: \"n > 'a'\"}\n"))
+    write(vp, "p.yaml", claim("c-prof", extra="params: {n: [1]}\nprofiles: {cpu: \"n > 'a'\"}\n"))
+    write(vp, "ok.yaml", claim("c-ok"))
+    res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
+    r = {x["nodeid"].split("::")[-1]: x for x in json.loads((vp.path / "o.json").read_text())["results"]}
+    assert r["c-ok"]["outcome"] == "passed"
+    assert r["c-when[1]"]["outcome"] == "error" and r["c-when[1]"]["reason"].startswith("claims/w.yaml:")
+    assert "xfail when \"n > 'a'\" cannot be evaluated" in r["c-when[1]"]["reason"]
+    assert r["c-prof[1]"]["outcome"] == "error" and "profiles.cpu" in r["c-prof[1]"]["reason"]
+    res.stdout.fnmatch_lines(["*1 passed, 3 error*"])
