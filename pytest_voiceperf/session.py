@@ -234,6 +234,7 @@ class VoiceperfSession:
         self._cache: dict[str, Probed | Unmeasured] = {}  # probe call -> its rounds, or why it cannot run
         self.results: list[CaseResult] = []
         self.models_used: dict[str, dict] = {}
+        self.round_serial = 0  # rounds taken so far (what memoized engine results are tagged with)
         self.started = time.time()
         self.complete = False
         self.env_start = provenance.environment(self.device)
@@ -270,6 +271,14 @@ class VoiceperfSession:
         pr = self._cache[key] = Probed(name, args)
         return pr
 
+    def forget_round(self, serial: int) -> None:
+        """Engine results a dropped (disturbed) round made are never served to another probe call
+        (probes memoize engine calls in ``session.__dict__`` stores of ``(round serial, value)``)."""
+        for name in ("_llm_memo", "_llm_sweeps"):
+            store = self.__dict__.get(name) or {}
+            for k in [k for k, v in store.items() if v[0] == serial]:
+                del store[k]
+
     def measure_round(self, name: str, args: dict, ctx: ProbeContext, r: int) -> Measurement:
         """Round ``r`` of the probe (taking rounds until it exists; disturbed rounds are dropped and
         taken again, at most ``min_rounds`` times). A probe whose figures do not vary between
@@ -294,6 +303,8 @@ class VoiceperfSession:
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         pr.attempts += 1
+        self.round_serial += 1
+        serial = self.round_serial
         own_only = spec.engine is None and not self._nested_engine(spec)
         waited = 0.0
         if own_only and self.engines.started:
@@ -324,6 +335,7 @@ class VoiceperfSession:
             rec["waited_for_engines_s"] = round(waited, 2)
         if rec["disturbed"]:
             pr.dropped.append(rec)
+            self.forget_round(serial)
             self.progress(f"{pr.name}: round dropped, machine disturbed: {'; '.join(rec['disturbed'])}")
             return
         try:

@@ -364,3 +364,28 @@ def test_the_gate_compares_exact_figures_as_they_are():
     assert [c.verdict for c in compare_result(res(100.0), res(80.0), 0.05, 0.05)] == ["improved"]
     timed = dict(res(100.0), ci_method="one round")
     assert [c.verdict for c in compare_result(timed, timed, 0.05, 0.05)] == ["untestable"]
+
+
+def test_a_short_round_beside_a_busy_loop_is_disturbed():
+    """A round of milliseconds is watched for half a second from its start: a busy loop on the other
+    core is seen at about one core (divided by 0.5 s instead, a 66 ms matmul round beside such a loop
+    read 0.06 cores and its figure, a third of the true one, was judged)."""
+    from pytest_voiceperf.disturbance import MIN_WINDOW_S, Watch
+
+    import os
+    import signal
+
+    # not our descendant (descendants are this session's engine workers): started through a shell
+    # that exits, as another program on the machine would be
+    out = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                         capture_output=True, text=True, check=True)
+    hog = int(out.stdout.strip())
+    try:
+        time.sleep(0.3)
+        w = Watch(cpu_limit=0.25).start()
+        time.sleep(0.05)  # the round
+        rec = w.stop()
+    finally:
+        os.kill(hog, signal.SIGKILL)
+    assert rec["wall_s"] < 0.2 and rec["window_s"] >= MIN_WINDOW_S
+    assert rec["other_cpu_cores"] > 0.5 and rec["disturbed"], rec
