@@ -370,10 +370,10 @@ def test_a_short_round_beside_a_busy_loop_is_disturbed():
     """A round of milliseconds is watched for half a second from its start: a busy loop on the other
     core is seen at about one core (divided by 0.5 s instead, a 66 ms matmul round beside such a loop
     read 0.06 cores and its figure, a third of the true one, was judged)."""
-    from pytest_voiceperf.disturbance import MIN_WINDOW_S, Watch
-
     import os
     import signal
+
+    from pytest_voiceperf.disturbance import MIN_WINDOW_S, Watch
 
     # not our descendant (descendants are this session's engine workers): started through a shell
     # that exits, as another program on the machine would be
