@@ -63,6 +63,7 @@ class ClaimItem(pytest.Item):
         # a claim mistake found here (an xfail or profile condition that cannot be evaluated, an
         # engine_key that fails) makes this case an error naming file:line, never a silent default
         self.problem: str | None = None
+        self._verdict: BaseException | None = None  # how the measurement in setup() ended, raised by runtest()
         xf = claim.model.xfail
         self.xfail_reason = None
         if xf is not None:
@@ -126,7 +127,6 @@ class ClaimItem(pytest.Item):
         verdict (passed, failed, unmeasured) is raised by the call."""
         from .state import get_session
 
-        self._verdict: BaseException | None = None
         if self.problem:
             raise EngineError(self.problem)  # a mistake in the claim file: an error, not a verdict
         vs = get_session(self.config)

@@ -234,7 +234,8 @@ class VoiceperfSession:
         self._cache: dict[str, Probed | Unmeasured] = {}  # probe call -> its rounds, or why it cannot run
         self.results: list[CaseResult] = []
         self.models_used: dict[str, dict] = {}
-        self.round_serial = 0  # rounds taken so far (what memoized engine results are tagged with)
+        self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
+        self._memo: dict[str, dict] = {}  # store -> key -> (round serial, value): see remember()
         self.started = time.time()
         self.complete = False
         self.env_start = provenance.environment(self.device)
@@ -271,13 +272,22 @@ class VoiceperfSession:
         pr = self._cache[key] = Probed(name, args)
         return pr
 
+    def remember(self, store: str, key, fn):
+        """``fn()`` once per ``(store, key)`` for the session: probes share engine results through it
+        (a figure asked for with other spellings of its arguments). Each entry is tagged with the
+        round that made it, and a dropped (disturbed) round forgets what it made."""
+        memo = self._memo.setdefault(store, {})
+        if key not in memo:
+            memo[key] = (self.round_serial, fn())
+        return memo[key][1]
+
+    def remembers(self, store: str, key) -> bool:
+        return key in self._memo.get(store, {})
+
     def forget_round(self, serial: int) -> None:
-        """Engine results a dropped (disturbed) round made are never served to another probe call
-        (probes memoize engine calls in ``session.__dict__`` stores of ``(round serial, value)``)."""
-        for name in ("_llm_memo", "_llm_sweeps"):
-            store = self.__dict__.get(name) or {}
-            for k in [k for k, v in store.items() if v[0] == serial]:
-                del store[k]
+        for memo in self._memo.values():
+            for k in [k for k, (made_by, _) in memo.items() if made_by == serial]:
+                del memo[k]
 
     def measure_round(self, name: str, args: dict, ctx: ProbeContext, r: int) -> Measurement:
         """Round ``r`` of the probe (taking rounds until it exists; disturbed rounds are dropped and

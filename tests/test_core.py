@@ -220,28 +220,33 @@ def test_provenance_says_when_the_code_is_not_the_commit(vp):
     assert json.loads((vp.path / "dirty.json").read_text())["provenance"]["git_dirty"] is True
 
 
-def _installed_plugin(tmp, probe_name="acme.echo"):
-    """A probe package installed the way pip installs one: a module and a dist-info folder with an
-    entry point in the pytest_voiceperf.probes group."""
-    site = tmp / "site"
-    (site / "acme_probes-1.0.dist-info").mkdir(parents=True)
-    (site / "acme_probes.py").write_text(textwrap.dedent(f'''
+def _install(pytester, monkeypatch, dist: str, modules: dict[str, str], entry_points: str) -> None:
+    """A package installed the way pip installs one: its modules and a dist-info folder with entry
+    points, on PYTHONPATH for the runs the test starts; an empty claims folder beside it."""
+    site = pytester.path / "site"
+    info = site / f"{dist}-1.0.dist-info"
+    info.mkdir(parents=True)
+    for name, text in modules.items():
+        (site / f"{name}.py").write_text(textwrap.dedent(text))
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    pytester.mkdir("claims")
+
+
+def _installed_plugin(pytester, monkeypatch, probe_name="acme.echo"):
+    """A probe package: one @probe module in the pytest_voiceperf.probes group."""
+    _install(pytester, monkeypatch, "acme_probes", {"acme_probes": f'''
         from pytest_voiceperf.probes import Measurement, probe
 
         @probe("{probe_name}", outputs={{"value": "x"}})
         def echo(ctx, value: float = 1.0):
             return Measurement({{"value": float(value)}})
-    '''))
-    (site / "acme_probes-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-probes\nVersion: 1.0\n")
-    (site / "acme_probes-1.0.dist-info" / "entry_points.txt").write_text(
-        "[pytest_voiceperf.probes]\nacme = acme_probes\n")
-    return site
+    '''}, "[pytest_voiceperf.probes]\nacme = acme_probes\n")
 
 
 def test_cli_and_pytest_see_an_installed_plugins_probes(pytester, monkeypatch):
-    site = _installed_plugin(pytester.path)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    pytester.mkdir("claims")
+    _installed_plugin(pytester, monkeypatch)
     (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-echo", "e.value", "{min: 0.5}",
                                                                "e: {probe: acme.echo, value: 2.0}"))
     res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
@@ -251,9 +256,7 @@ def test_cli_and_pytest_see_an_installed_plugins_probes(pytester, monkeypatch):
 
 
 def test_a_probe_name_defined_twice_is_an_error(pytester, monkeypatch):
-    site = _installed_plugin(pytester.path, probe_name="hw.read_bandwidth")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    pytester.mkdir("claims")
+    _installed_plugin(pytester, monkeypatch, probe_name="hw.read_bandwidth")
     res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
     assert res.ret == 2
     res.stderr.fnmatch_lines(["*probe 'hw.read_bandwidth' is defined twice: in pytest_voiceperf.probes.hw.*"
@@ -264,52 +267,44 @@ def test_a_probe_name_defined_twice_is_an_error(pytester, monkeypatch):
     res.stderr.fnmatch_lines(["*voiceperf: probe 'hw.read_bandwidth' is defined twice*"])
 
 
-def _installed_engine(tmp, name="acme"):
-    """An engine package installed the way pip installs one: a light module holding its Family
-    (entry point group pytest_voiceperf.engines), the Engine module the worker imports, and a probe
-    (entry point group pytest_voiceperf.probes) that calls it."""
-    site = tmp / "site"
-    (site / "acme_engine-1.0.dist-info").mkdir(parents=True)
-    (site / "acme_family.py").write_text(textwrap.dedent(f'''
-        from pytest_voiceperf.engines import Family
-        FAMILY = Family("{name}", "acme_engine_impl", (), "pip install acme-engine")
-    '''))
-    (site / "acme_engine_impl.py").write_text(textwrap.dedent('''
-        import os
+def _installed_engine(pytester, monkeypatch, name="acme"):
+    """An engine package: a light module holding its Family (group pytest_voiceperf.engines), the
+    Engine module the worker imports, and a probe (group pytest_voiceperf.probes) that calls it."""
+    _install(pytester, monkeypatch, "acme_engine", {
+        "acme_family": f'''
+            from pytest_voiceperf.engines import Family
+            FAMILY = Family("{name}", "acme_engine_impl", (), "pip install acme-engine")
+        ''',
+        "acme_engine_impl": '''
+            import os
 
-        class Engine:
-            def __init__(self, model="tiny", **_):
-                self.model = model
+            class Engine:
+                def __init__(self, model="tiny", **_):
+                    self.model = model
 
-            def info(self):
-                return {"engine": "acme", "model": self.model, "pid": os.getpid()}
+                def info(self):
+                    return {"engine": "acme", "model": self.model, "pid": os.getpid()}
 
-            def measure(self, value=1.0):
-                return {"value": float(value), "pid": os.getpid()}
+                def measure(self, value=1.0):
+                    return {"value": float(value), "pid": os.getpid()}
 
-            def close(self):
-                pass
-    '''))
-    (site / "acme_engine_probes.py").write_text(textwrap.dedent(f'''
-        import os
-        from pytest_voiceperf.probes import Measurement, probe
+                def close(self):
+                    pass
+        ''',
+        "acme_engine_probes": f'''
+            import os
+            from pytest_voiceperf.probes import Measurement, probe
 
-        @probe("acme.measure", engine="{name}", outputs={{"value": "x", "other_process": ""}})
-        def measure(ctx, value: float = 1.0):
-            r = ctx.call("{name}", {{"model": "tiny"}}, "measure", value=value)
-            return Measurement({{"value": r["value"], "other_process": float(r["pid"] != os.getpid())}})
-    '''))
-    dist = site / "acme_engine-1.0.dist-info"
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-engine\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text(f"[pytest_voiceperf.engines]\n{name} = acme_family:FAMILY\n\n"
-                                           "[pytest_voiceperf.probes]\nacme = acme_engine_probes\n")
-    return site
+            @probe("acme.measure", engine="{name}", outputs={{"value": "x", "other_process": ""}})
+            def measure(ctx, value: float = 1.0):
+                r = ctx.call("{name}", {{"model": "tiny"}}, "measure", value=value)
+                return Measurement({{"value": r["value"], "other_process": float(r["pid"] != os.getpid())}})
+        '''},
+        f"[pytest_voiceperf.engines]\n{name} = acme_family:FAMILY\n\n[pytest_voiceperf.probes]\nacme = acme_engine_probes\n")
 
 
 def test_an_installed_engine_family_runs_in_its_own_worker(pytester, monkeypatch):
-    site = _installed_engine(pytester.path)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    pytester.mkdir("claims")
+    _installed_engine(pytester, monkeypatch)
     (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-engine", "e.value * e.other_process", "{min: 1.5}",
                                                                "e: {probe: acme.measure, value: 2.0}"))
     res = pytester.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
@@ -319,9 +314,7 @@ def test_an_installed_engine_family_runs_in_its_own_worker(pytester, monkeypatch
 
 
 def test_an_engine_name_taken_twice_makes_its_claims_unmeasured_with_the_reason(pytester, monkeypatch):
-    site = _installed_engine(pytester.path, name="vllm")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
-    pytester.mkdir("claims")
+    _installed_engine(pytester, monkeypatch, name="vllm")
     (pytester.path / "claims" / "acme.yaml").write_text(claim("acme-engine", "e.value", "{min: 1.5}",
                                                                "e: {probe: acme.measure, value: 2.0}"))
     res = pytester.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")

@@ -112,9 +112,6 @@ def families() -> dict[str, Family]:
     return out
 
 
-FAMILIES = {f.name: f for f in BUILTIN}  # the built-ins by name (families() adds the plugins')
-
-
 def check_available(family: str) -> None:
     fams = families()
     if family in _refused:

@@ -49,7 +49,7 @@ class Engine:
                  dtype: str = "bfloat16", compile: str = "auto", max_cache_len: int = 8192, seed: int = 0, **_):
         import torch
         import transformers
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
         self.torch = torch
         self.name, self.device, self.dtype_name = model, device, dtype
@@ -65,11 +65,7 @@ class Engine:
         else:
             if not config:
                 raise Unmeasured(f"model {model!r} has no architecture in the catalog and no weights were given")
-            cfg = dict(config)
-            mt = cfg.pop("model_type")
-            hf_cfg = AutoConfig.for_model(mt, **cfg)
-            with torch.device(device):
-                self.model = AutoModelForCausalLM.from_config(hf_cfg, dtype=self.dtype)
+            self.model = common.build_from_config(config, device, self.dtype)
         self.model.eval()
         self.vocab = int(self.model.config.vocab_size)
         self.build_s = time.perf_counter() - t0

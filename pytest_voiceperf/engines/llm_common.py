@@ -64,21 +64,29 @@ def byte_counts(config: dict | None, dtype: str, quantization: str | None) -> di
     return meta_bytes(config, dtype, quantization)
 
 
+def build_from_config(config: dict, device: str, dtype=None):
+    """The transformers model of a catalog-style config (``model_type`` and its fields), built with
+    random weights on ``device``; on "meta" it holds shapes only (no memory, no init)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = dict(config)
+    hf_cfg = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(hf_cfg, **({} if dtype is None else {"dtype": dtype}))
+
+
 def meta_bytes(config: dict, dtype: str, quantization: str | None) -> dict:
     """Weight and KV bytes of any transformers architecture, counted on its model built on the meta
     device (no memory): the parameters (a tied embedding once), the linear layers, the input and
     output embeddings. Decode reads every weight once per token, the input embedding only one row
     (untied); FP8 as in :func:`models.qwen3_bytes`. A mixture of experts reads only its active
     experts: the count says so instead of pretending."""
-    try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+    import torch
 
-        cfg = dict(config)
-        mt = cfg.pop("model_type")
-        hf_cfg = AutoConfig.for_model(mt, **cfg)
-        with torch.device("meta"):
-            m = AutoModelForCausalLM.from_config(hf_cfg)
+    mt = config.get("model_type")
+    try:
+        m = build_from_config(config, "meta")
     except Exception as exc:
         return {"error": f"the architecture did not build on the meta device: {type(exc).__name__}: {exc}"[:300]}
     total = sum(p.numel() for p in m.parameters())
@@ -120,13 +128,8 @@ def meta_param_count(config: dict) -> dict:
     t0 = time.perf_counter()
     try:
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
 
-        cfg = dict(config)
-        mt = cfg.pop("model_type")
-        hf_cfg = AutoConfig.for_model(mt, **cfg)
-        with torch.device("meta"):
-            m = AutoModelForCausalLM.from_config(hf_cfg)
+        m = build_from_config(config, "meta")
         total = sum(p.numel() for p in m.parameters())  # parameters() yields a tied weight once
         linear = sum(mod.weight.numel() for name, mod in m.named_modules()
                      if isinstance(mod, torch.nn.Linear) and not name.endswith("lm_head"))

@@ -82,13 +82,13 @@ def _default(o):
 def main(argv: list[str]) -> int:
     global _proto
     family = argv[1]
-    module = argv[2] if len(argv) > 2 else None  # the family's Engine module (plugins' too)
+    module = argv[2]  # the family's Engine module (EngineProcess passes it: built-in or a plugin's)
     # keep the protocol on a private copy of stdout; the engine's prints go to stderr
     _proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     from ..probes import Unmeasured
-    from . import FAMILIES, Engine
+    from . import Engine
 
     global _warmup_s
     threading.Thread(target=_watch_parent, name="voiceperf-parent-watch", daemon=True).start()
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
             break
         try:
             if op == "start":
-                mod = importlib.import_module(module or FAMILIES[family].module)
+                mod = importlib.import_module(module)
                 engine = mod.Engine(**msg.get("spec", {}))
                 if not isinstance(engine, Engine):
                     raise TypeError(f"{mod.__name__}.Engine lacks info() or close(): see pytest_voiceperf.engines.Engine")

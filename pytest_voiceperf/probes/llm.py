@@ -137,13 +137,8 @@ def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
 
 def _memo(ctx, key: tuple, fn):
     """Engine results shared within the session whatever spelling of the arguments asked for them."""
-    store = ctx.session.__dict__.setdefault("_llm_memo", {})
-    # one entry per round attempt: a later round is a new measurement on the same engine; each
-    # entry remembers the round that made it, whose drop (disturbed) forgets it
-    key = (getattr(ctx, "attempt", 0),) + tuple(key)
-    if key not in store:
-        store[key] = (getattr(ctx.session, "round_serial", 0), fn())
-    return store[key][1]
+    # one entry per round attempt: a later round is a new measurement on the same engine
+    return ctx.session.remember("llm.calls", (getattr(ctx, "attempt", 0),) + tuple(key), fn)
 
 
 def _call(ctx, fam: str, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
@@ -301,17 +296,14 @@ def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len
     max_batch = _int(max_batch, "max_batch") or (512 if ctx.device == "cuda" else 64)
     max_batch = max(max_batch, at)
     prompt_len = _int(prompt_len, "prompt_len")
-    first = ctx.session.__dict__.setdefault("_llm_sweeps", {})
     skey = (json.dumps(spec, sort_keys=True, default=str), tokens, reps, prompt_len, at, max_batch, float(stop_gain))
-    if skey not in first:
-        first[skey] = (getattr(ctx.session, "round_serial", 0),
-                       _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, float(stop_gain)))
-        rows, info = first[skey][1]
-    else:
+    later = ctx.session.remembers("llm.sweeps", skey)
+    rows, info = ctx.session.remember("llm.sweeps", skey, lambda: _sweep(ctx, fam, spec, tokens, reps, prompt_len, at,
+                                                                        max_batch, float(stop_gain)))
+    if later:
         # a later round measures again the two batch sizes a per-request figure needs (1 and ``at``);
         # where the throughput saturates comes from the first round's sweep
-        rows0, info = first[skey][1]
-        rows = [dict(r, from_first_sweep=True) for r in rows0]
+        rows = [dict(r, from_first_sweep=True) for r in rows]
         for b in sorted({1, at}):
             r, info = _call(ctx, fam, spec, "batch", concurrency=b, tokens=tokens, reps=reps, prompt_len=prompt_len)
             fresh = {"batch": b, "tok_s": _med(r["tok_s"]), "total_tok_s": _med(r["total_tok_s"]),
