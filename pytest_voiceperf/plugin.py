@@ -38,6 +38,9 @@ def pytest_addoption(parser):
                      "config.json (dummy weights of that architecture) or a config.json and weights")
     g.addoption("--voiceperf-data", action="append", default=[], metavar="NAME=PATH",
                 help="a data set a claim needs (e.g. an ASR manifest)")
+    g.addoption("--voiceperf-bin", action="append", default=[], metavar="NAME=PATH",
+                help="a native engine the plugin cannot install: its library or build folder "
+                     "(e.g. parakeet=PATH/libparakeet.so)")
     g.addoption("--voiceperf-spec", action="append", default=[], metavar="KEY=VALUE",
                 help="datasheet figure of this device (mem_bw, bf16_flops, fp16_flops)")
     g.addoption("--voiceperf-timeout", type=float, metavar="S", help="time limit of one claim case (seconds)")
@@ -177,6 +180,7 @@ def pytest_sessionstart(session):
         json_path=config.getoption("voiceperf_json"),
         model_overrides=_kv(config.getoption("voiceperf_model"), "model"),
         data=_kv(config.getoption("voiceperf_data"), "data"),
+        bins=_kv(config.getoption("voiceperf_bin"), "bin"),
         spec_overrides=_kv(config.getoption("voiceperf_spec"), "spec", float),
         timeout=config.getoption("voiceperf_timeout") or ini_float("voiceperf_timeout"),
         start_timeout=ini_float("voiceperf_start_timeout"),

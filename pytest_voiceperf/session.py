@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 import platform
 import statistics
 import tempfile
@@ -86,6 +87,7 @@ class Options:
     json_path: str | None = None
     model_overrides: dict[str, str] = field(default_factory=dict)
     data: dict[str, str] = field(default_factory=dict)
+    bins: dict[str, str] = field(default_factory=dict)  # native engines by name: library or build folder
     spec_overrides: dict[str, float] = field(default_factory=dict)
     timeout: float = 900.0
     start_timeout: float = 600.0
@@ -215,6 +217,16 @@ class ProbeContext:
             raise Unmeasured(f"needs data set {name!r}; give it with --voiceperf-data {name}=PATH")
         return path
 
+    def binary(self, name: str, env: str, how: str) -> str:
+        """The path given with ``--voiceperf-bin NAME=PATH`` (or in ``env``); unmeasured with ``how`` when absent."""
+        path = self.session.options.bins.get(name) or os.environ.get(env, "")
+        if not path:
+            raise Unmeasured(f"needs {name}, which no package registry has: {how}; then give "
+                             f"--voiceperf-bin {name}=PATH (or set {env})")
+        if not os.path.exists(path):
+            raise Unmeasured(f"--voiceperf-bin {name}={path}: no such file or folder")
+        return os.path.abspath(path)
+
     def progress(self, msg: str) -> None:
         self.session.progress(msg)
 
@@ -236,6 +248,7 @@ class VoiceperfSession:
         self.models_used: dict[str, dict] = {}
         self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
         self._memo: dict[str, dict] = {}  # store -> key -> (round serial, value): see remember()
+        self._scratch: str | None = None
         self.started = time.time()
         self.complete = False
         self.env_start = provenance.environment(self.device)
@@ -638,10 +651,22 @@ class VoiceperfSession:
         """The machine's state at the end (before the results file is written)."""
         self.env_end = provenance.environment(self.device)
 
+    def scratch(self) -> str:
+        """A folder for files engines hand each other (e.g. a model written by one engine and loaded by
+        another), which outlives any one engine and is removed with the session."""
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="voiceperf-scratch-")
+        return self._scratch
+
     def close(self, interrupted: bool = False) -> None:
         if self.env_end is None:
             self.end()
         self.engines.close_all(interrupted=interrupted)
+        if self._scratch:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
 
 def _fmt_ci(ci, unit: str) -> str:

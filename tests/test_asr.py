@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -218,3 +219,95 @@ def test_cer_with_a_real_nemo_file(vp):
         assert v["n"] == 2 and v["chunk_ms"] == c and v["languages"] == 1
         assert v["cer"] >= 0 and 0 <= v["empty"] <= 2
         assert p["info"]["dummy"] is False and len(p["info"]["per_utterance"]) == 2
+
+
+# -- the C++/ggml port (parakeet.cpp) -----------------------------------------------------------
+PORT = f"""\
+    nemo: {{probe: asr.stream, chunk_ms: "{{chunk_ms}}", model: {TINY}, threads: 1}}
+    port: {{probe: asr.port, chunk_ms: "{{chunk_ms}}", model: {TINY}, threads: 1, quant: "{{quant}}"}}"""
+
+
+@needs_nemo
+def test_gguf_of_the_timed_model_in_parakeet_layout(tmp_path):
+    """The NeMo engine writes the model it times as parakeet.cpp's GGUF: NeMo's tensor names with the
+    joint's output layer where the port looks for it, the character labels as pieces, the model's
+    own streaming schedule for the look-ahead, the matmul weights (only) in q8_0."""
+    import gguf
+    import numpy as np
+
+    from pytest_voiceperf import models
+    from pytest_voiceperf.engines.nemo_engine import Engine
+
+    eng = Engine(model=TINY, config=models.get(TINY).config)
+    wav = tmp_path / "a.wav"
+    import soundfile as sf
+    sf.write(wav, (0.1 * np.random.default_rng(0).standard_normal(16000)).astype("float32"), 16000)
+    try:
+        out = eng.export_gguf(right_context=1, quant="q8_0", audio=str(wav))
+        r = gguf.GGUFReader(out["path"])
+        kv = {f.name: f for f in r.fields.values()}
+
+        def val(k):
+            f = kv[k]
+            if f.types[0] == gguf.GGUFValueType.ARRAY:
+                if f.types[-1] == gguf.GGUFValueType.STRING:
+                    return [bytes(f.parts[i]).decode() for i in f.data]
+                return [int(f.parts[i][0]) for i in f.data]
+            if f.types[0] == gguf.GGUFValueType.STRING:
+                return bytes(f.parts[-1]).decode()
+            return f.parts[-1][0].item()
+
+        labels = list(eng.model.cfg.labels)
+        assert val("parakeet.arch") == "rnnt" and val("parakeet.vocab_size") == len(labels) == val("parakeet.blank_id")
+        assert val("parakeet.tokenizer.pieces") == labels
+        assert val("parakeet.encoder.att_context_right") == 1 and val("parakeet.encoder.conv_causal") == 1
+        assert val("parakeet.encoder.conv_norm_type") == "layer_norm"
+        eng.enc.set_default_att_context_size([int(x) for x in out["att_context"]])
+        assert val("parakeet.streaming.chunk_size") == [int(x) for x in eng.enc.streaming_cfg.chunk_size]
+        tensors = {t.name: t for t in r.tensors}
+        assert "joint.joint_net.2.weight" in tensors and not any(".joint_net.1." in n for n in tensors)
+        state = eng.model.state_dict()
+        q = [n for n, t in tensors.items() if t.tensor_type == gguf.GGMLQuantizationType.Q8_0]
+        assert q and all(".self_attn.linear_" in n or "feed_forward" in n or n in (
+            "encoder.pre_encode.out.weight", "joint.enc.weight", "joint.pred.weight") for n in q)
+        # f32 tensors are the model's own values (the joint output with its blank bias)
+        bias = np.asarray(tensors["joint.joint_net.2.bias"].data)
+        assert np.array_equal(bias, state["joint.joint_net.1.bias"].numpy())
+        assert out["quantized"] == len(q) and out["tensors"] == len(tensors)
+        clip = np.load(out["clip"])
+        assert out["clip_s"] == len(clip) / 16000 and len(clip) >= 16000
+    finally:
+        eng.close()
+    assert not Path(out["path"]).exists()  # the engine's files go with it
+
+
+@needs_nemo
+def test_port_claim_unmeasured_without_the_library(vp, monkeypatch):
+    monkeypatch.delenv("PARAKEET_LIBRARY", raising=False)
+    write(vp, "port", claim("asr-t-port", PORT, "nemo.rtf / port.rtf", "{min: 1.0}",
+                            params="chunk_ms: [1120]\nquant: [q8_0]"))
+    r = run(vp)
+    assert outcomes(r) == {"unmeasured": 1}
+    reason = results(vp)["asr-t-port[1120-q8_0]"]["reason"]
+    assert "--voiceperf-bin parakeet=PATH" in reason and "PARAKEET_SHARED=ON" in reason
+    r = run(vp, "--voiceperf-bin", "parakeet=nowhere/libparakeet.so")
+    assert "no such file or folder" in results(vp)["asr-t-port[1120-q8_0]"]["reason"]
+
+
+@needs_nemo
+@pytest.mark.skipif(not __import__("os").environ.get("PARAKEET_LIBRARY"),
+                    reason="parakeet.cpp is built by the user: set PARAKEET_LIBRARY to its libparakeet.so")
+def test_port_streams_the_same_model_and_samples(vp):
+    write(vp, "port", claim("asr-t-port", PORT, "nemo.rtf / port.rtf", "{min: 0}",
+                            params="chunk_ms: [160, 1120]\nquant: [q8_0, f32]"))
+    run(vp)
+    res = results(vp)
+    for c in (160, 1120):
+        for q in ("q8_0", "f32"):
+            r = res[f"asr-t-port[{c}-{q}]"]
+            assert r["outcome"] == "passed", r["reason"]
+            port, nemo = r["probes"]["port"], r["probes"]["nemo"]
+            assert port["values"]["audio_s"] == nemo["values"]["audio_s"]
+            assert port["values"]["threads"] == nemo["values"]["threads"] == 1
+            assert port["info"]["gguf"]["quant"] == q and port["values"]["rtf"] > 0
+            assert (port["info"]["gguf"]["quantized"] > 0) == (q == "q8_0")

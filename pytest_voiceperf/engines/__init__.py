@@ -46,6 +46,9 @@ class Family:
     module: str  # where the Engine class lives (imported in the worker only)
     requires: tuple[str, ...]  # importable modules the family needs
     install: str  # how to install it
+    # holds no device memory pool and no threads while idle (a native library called through
+    # ctypes): it stays alive beside the session's other engine instead of taking its place
+    light: bool = False
 
 
 @runtime_checkable
@@ -70,10 +73,13 @@ VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "
                 "pip install --no-deps voxcpm (see README)")
 MAGPIE = Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
                 "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)")
+PARAKEET = Family("parakeet", "pytest_voiceperf.engines.parakeet_engine", ("numpy",),
+                  "build parakeet.cpp (github.com/mudler/parakeet.cpp) with -DPARAKEET_SHARED=ON and give "
+                  "--voiceperf-bin parakeet=PATH", light=True)
 SELFTEST = Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in")
 
 # the built-ins, also when this package runs from a source tree without its dist-info
-BUILTIN = (VLLM, TRANSFORMERS, LLAMACPP, NEMO, VOXCPM, MAGPIE, SELFTEST)
+BUILTIN = (VLLM, TRANSFORMERS, LLAMACPP, NEMO, VOXCPM, MAGPIE, PARAKEET, SELFTEST)
 
 _families: dict[str, Family] | None = None
 _refused: dict[str, str] = {}  # engine name -> why a plugin's family under it was not loaded
@@ -283,11 +289,16 @@ class EngineProcess:
             pass
 
 
+def _is_light(key: str) -> bool:
+    fam = families().get(key.split(":", 1)[0])
+    return bool(fam and fam.light)
+
+
 class EnginePool:
     """Engines of a session: started on first use, shared by every claim, shut down at the end.
 
     At most ``max_live`` engines are alive at once (device memory); the least recently used is
-    closed to make room. A dead engine is dropped so the next claim gets a fresh one.
+    closed to make room (light families, see :class:`Family`, are not counted). A dead engine is dropped so the next claim gets a fresh one.
     """
 
     def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None,
@@ -315,9 +326,11 @@ class EnginePool:
         if eng is not None:
             eng.kill()
             self._live.pop(k, None)
-        while len(self._live) >= self.max_live:
-            old_key = next(iter(self._live))
-            self._live.pop(old_key).close()
+        light = families().get(family)
+        if not (light and light.light):
+            heavy = [key for key in self._live if not _is_light(key)]
+            while len(heavy) >= self.max_live:
+                self._live.pop(heavy.pop(0)).close()
         if self.progress:
             self.progress(f"starting engine {family} ({spec.get('model', '')})")
         eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,

@@ -209,6 +209,9 @@ class Engine:
         self._audio_cache: dict[str, Any] = {}
         # exact counts of asr.stream per (look-ahead, clip, FLOPs counted): taken once, reused by later rounds
         self._exact: dict[tuple, tuple] = {}
+        self._gguf: dict[tuple, dict] = {}  # export_gguf's files, by (look-ahead, quant)
+        self._gguf_dir: str | None = None
+        self._own_dir: str | None = None  # a folder this engine made (removed when it closes)
 
     # -- helpers ------------------------------------------------------------------------
     def info(self) -> dict:
@@ -641,5 +644,40 @@ class Engine:
                        "normalization": "NFC, lower case, <tags> and punctuation removed, spaces collapsed"})
         return scores
 
+    def export_gguf(self, right_context: int = 0, quant: str = "q8_0", audio: str = "", out_dir: str = "") -> dict:
+        """This model (its weights as timed here) at one look-ahead as a GGUF parakeet.cpp loads, and
+        the clip exactly as ``stream`` feeds it (padded, float32 at the model's rate), for a port
+        measured on the same network and samples. Written once per (look-ahead, quant)."""
+        import numpy as np
+
+        from . import fastconformer_gguf
+
+        att = self._set_rc(right_context)
+        if out_dir:  # the caller's folder (the session's: the files outlive this engine)
+            self._gguf_dir = out_dir
+        elif self._gguf_dir is None:
+            import tempfile
+            self._gguf_dir = self._own_dir = tempfile.mkdtemp(prefix="voiceperf-parakeet-")
+        key = (int(right_context), str(quant), self._gguf_dir)
+        if key not in self._gguf:
+            path = os.path.join(self._gguf_dir, f"parakeet-{os.getpid()}-rc{int(right_context)}-{quant}.gguf")
+            progress(f"nemo: writing the model at look-ahead {att} as a {quant} GGUF for parakeet.cpp")
+            t0 = time.perf_counter()
+            out = fastconformer_gguf.write(self.model, path, att, quant)
+            out.update(file_bytes=os.path.getsize(path), write_s=round(time.perf_counter() - t0, 2))
+            self._gguf[key] = out
+        clip = None
+        if audio:
+            a = self._audio(audio)
+            import hashlib
+            clip = os.path.join(self._gguf_dir, f"clip-{hashlib.sha1(audio.encode()).hexdigest()[:12]}.npy")
+            if not os.path.exists(clip):
+                np.save(clip, np.asarray(a, dtype=np.float32))
+            clip_s = len(a) / self.sample_rate
+        return dict(self._gguf[key], clip=clip, clip_s=clip_s if audio else None, sample_rate=self.sample_rate)
+
     def close(self):
+        if self._own_dir:
+            import shutil
+            shutil.rmtree(self._own_dir, ignore_errors=True)
         self.model = None
