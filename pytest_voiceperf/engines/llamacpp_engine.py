@@ -160,12 +160,27 @@ class Engine:
             return mp
 
         lcc.llama_model_default_params = _params
+        # llama.cpp says how many layers it put on the GPU only in its load log: read it there
+        lines: list[str] = []
+
+        @lcc.llama_log_callback
+        def _log(level, text, user_data):
+            lines.append(text.decode("utf-8", "replace"))
+
+        lcc.llama_log_set(_log, None)
         try:
             self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
                                        n_threads=self.n_threads, n_threads_batch=self.n_threads,
                                        n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False)
         finally:
             lcc.llama_model_default_params = orig
+            from llama_cpp import _logger
+            lcc.llama_log_set(_logger.llama_log_callback, None)
+        import re
+        found = re.findall(r"offloaded (\d+)/(\d+) layers to GPU", "".join(lines))
+        self.offloaded = f"{found[-1][0]}/{found[-1][1]}" if found else None
+        if device == "cuda" and found and found[-1][0] != found[-1][1]:
+            raise Unmeasured(f"llama.cpp put only {self.offloaded} layers on the GPU (n_gpu_layers=-1 asked for all)")
         self.load_s = time.perf_counter() - t1
         self.vocab = self.llm.n_vocab()
         self.n_ctx = int(n_ctx)
@@ -189,6 +204,7 @@ class Engine:
                 "tied_embedding": ("counted once; decode reads it once per token as the output matrix" if self.tied
                                    else "untied: output matrix read per token, token_embd only one row per token"),
                 "n_threads": self.n_threads, "gpu_offload": self.device == "cuda",
+                "layers_offloaded": self.offloaded,  # llama.cpp's own load log: "offloaded N/M layers to GPU"
                 "use_extra_bufts": self.extra_bufts,
                 "write_s": round(self.write_s, 2), "load_s": round(self.load_s, 2)}
 
