@@ -131,7 +131,14 @@ def pytest_configure(config):
     if explicit or not named:
         missing = [str(r) for r in state.roots if not r.exists()]
         if missing:
-            raise pytest.UsageError(f"voiceperf: claim path not found: {', '.join(missing)}")
+            hint = ""
+            if config.inipath is None and config.rootpath != config.invocation_params.dir:
+                # pytest looks for its rootdir before it knows this plugin's options: the value of an
+                # option given after a space (an absolute --voiceperf-json path) reads as a test path
+                hint = (f" (pytest chose {config.rootpath} as rootdir and found no ini file: an existing file "
+                        "given as '--voiceperf-json /elsewhere/x.json' is taken for a test path at that point; "
+                        "write --voiceperf-json=/elsewhere/x.json)")
+            raise pytest.UsageError(f"voiceperf: claim path not found: {', '.join(missing)}{hint}")
         # paths named on the command line run as well as the claims (pytest --voiceperf tests/test_x.py)
         config.args[:] = list(named) + [str(r) for r in state.roots if str(r) not in named]
     else:  # only paths on the command line: they are the claims (and any Python tests) to run

@@ -189,11 +189,8 @@ def test_buffered_costs_more_than_cache_aware(vp):
     assert res["value"] > 1.5
 
 
-@needs_nemo
-@pytest.mark.slow
-def test_cer_with_a_real_nemo_file(vp):
-    """A .nemo file given with --voiceperf-model (the tiny model saved untrained): manifest streamed per
-    chunk size, jiwer CER with empty results counted."""
+def _tiny_nemo(where):
+    """tiny.nemo: the tiny model saved untrained (given weights, no blank bias), and two noise clips."""
     script = textwrap.dedent(f"""
         import sys, numpy as np, soundfile as sf
         from omegaconf import OmegaConf
@@ -206,7 +203,15 @@ def test_cer_with_a_real_nemo_file(vp):
         for i in range(2):
             sf.write(f"u{{i}}.wav", (0.1 * rng.standard_normal(16000 * (2 + i))).astype("float32"), 16000)
     """)
-    subprocess.run([sys.executable, "-c", script], cwd=vp.path, check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-c", script], cwd=where, check=True, capture_output=True, timeout=300)
+
+
+@needs_nemo
+@pytest.mark.slow
+def test_cer_with_a_real_nemo_file(vp):
+    """A .nemo file given with --voiceperf-model (the tiny model saved untrained): manifest streamed per
+    chunk size, jiwer CER with empty results counted."""
+    _tiny_nemo(vp.path)
     (vp.path / "m.json").write_text('{"audio_filepath": "u0.wav", "text": "hello"}\n'
                                     '{"audio_filepath": "u1.wav", "text": "world", "lang": "en"}\n')
     write(vp, "cer", claim("asr-t-cer", f'c: {{probe: asr.cer, chunk_ms: "{{chunk_ms}}", model: {TINY}, manifest: m}}',
@@ -294,9 +299,32 @@ def test_port_claim_unmeasured_without_the_library(vp, monkeypatch):
     assert "no such file or folder" in results(vp)["asr-t-port[1120-q8_0]"]["reason"]
 
 
+needs_parakeet = pytest.mark.skipif(not __import__("os").environ.get("PARAKEET_LIBRARY"),
+                                    reason="parakeet.cpp is built by the user: set PARAKEET_LIBRARY to its .so")
+
+
 @needs_nemo
-@pytest.mark.skipif(not __import__("os").environ.get("PARAKEET_LIBRARY"),
-                    reason="parakeet.cpp is built by the user: set PARAKEET_LIBRARY to its libparakeet.so")
+@needs_parakeet
+def test_port_transcribes_what_nemo_transcribes_on_given_weights(vp):
+    """Given weights (the tiny model saved untrained: no blank bias, so both engines emit symbols),
+    the port's streamed transcript is compared with NeMo's character by character; with the
+    catalog's random weights the agreement claim says it needs trained ones."""
+    _tiny_nemo(vp.path)
+    a = f'a: {{probe: asr.port_agreement, chunk_ms: 1120, model: {TINY}, quant: "{{quant}}", audio: u1.wav}}'
+    write(vp, "agree", claim("asr-t-agree", a, "a.cer_vs_nemo", "{max: 1}", params="quant: [f32, q8_0]"))
+    run(vp, "--voiceperf-model", f"{TINY}=tiny.nemo")
+    res = results(vp)
+    for q in ("f32", "q8_0"):
+        v = res[f"asr-t-agree[{q}]"]["probes"]["a"]["values"]
+        assert v["chars_nemo"] > 10 and v["chars_port"] > 0, res[f"asr-t-agree[{q}]"]["probes"]["a"]["info"]
+    # f32: the same network in another runtime says what NeMo says
+    assert res["asr-t-agree[f32]"]["value"] <= 0.05
+    run(vp)
+    assert "needs trained weights" in results(vp)["asr-t-agree[f32]"]["reason"]
+
+
+@needs_nemo
+@needs_parakeet
 def test_port_streams_the_same_model_and_samples(vp):
     write(vp, "port", claim("asr-t-port", PORT, "nemo.rtf / port.rtf", "{min: 0}",
                             params="chunk_ms: [160, 1120]\nquant: [q8_0, f32]"))

@@ -78,3 +78,19 @@ def test_validate_cli_reports_the_same_errors(pytester):
     assert res.ret == 1
     res.stdout.fnmatch_lines(["*claims/lo-gt-hi.yaml:8: *lo > hi*", "*1 valid, 1 invalid*"])
     assert "Traceback" not in res.stdout.str() + res.stderr.str()
+
+
+def test_an_absolute_results_path_after_a_space_gets_a_hint(pytester, tmp_path_factory):
+    """pytest picks its rootdir before it knows the plugin's options, so the value of
+    '--voiceperf-json /elsewhere/x.json', once that file exists (the second run), reads as a test path
+    there and the claims are looked for in /elsewhere: the error says so and how to write it."""
+    pytester.makeconftest(CONST_PROBE)
+    (pytester.mkdir("claims") / "good.yaml").write_text(GOOD)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "x.json").write_text("{}")  # a second run to the same file: pytest sees an existing path
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-json", str(elsewhere / "x.json"))
+    err = res.stderr.str()
+    assert res.ret == pytest.ExitCode.USAGE_ERROR and "claim path not found" in err
+    assert "--voiceperf-json=/elsewhere/x.json" in err
+    res = pytester.runpytest_subprocess("--voiceperf", f"--voiceperf-json={elsewhere / 'x.json'}")
+    assert res.ret == 0 and (elsewhere / "x.json").exists()

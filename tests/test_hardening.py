@@ -336,3 +336,28 @@ def test_killed_vllm_worker_is_an_error_and_the_next_claim_gets_a_fresh_engine(p
     assert "killed by SIGKILL" in r["a-killed"]["reason"]
     assert r["b-after"]["outcome"] == "passed", (r["b-after"], res.stdout.str()[-3000:])
     assert res.stdout.str().count("starting engine vllm") == 2
+
+
+def test_a_light_engine_lives_beside_the_one_live_engine(tmp_path, monkeypatch):
+    """One engine at a time holds the device; a light one (a native library behind ctypes, e.g. the
+    ASR port measured against NeMo each round) stays beside it instead of restarting it every round."""
+    from pytest_voiceperf import engines
+
+    closed = []
+
+    class FakeProcess:
+        def __init__(self, family, spec, **_):
+            self.family, self.alive, self.info = family, True, {}
+
+        def close(self):
+            closed.append(self.family)
+            self.alive = False
+
+    monkeypatch.setattr(engines, "EngineProcess", FakeProcess)
+    monkeypatch.setattr(engines, "check_available", lambda family: None)
+    pool = engines.EnginePool(tmp_path, start_timeout=1, max_live=1)
+    nemo = pool.get("nemo", {"model": "asr"})
+    port = pool.get("parakeet", {"model": "asr"})
+    assert pool.get("nemo", {"model": "asr"}) is nemo and closed == []
+    pool.get("vllm", {"model": "qwen3-0.6b"})  # a second heavy engine takes the heavy one's place
+    assert closed == ["nemo"] and pool.get("parakeet", {"model": "asr"}) is port

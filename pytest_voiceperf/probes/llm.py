@@ -131,9 +131,9 @@ def _key(args: dict) -> str:
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
     cuda = ctx.device == "cuda"
-    # repetitions per round: the verdict's spread comes from rounds, not from repetitions, so a CPU
-    # round (seconds per repetition of a 0.6B model) takes one
-    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 1))
+    # repetitions per round: the verdict's spread comes from rounds, yet a CPU round keeps two (one
+    # made the rounds noisier on the 2-core VM: more rounds, more inconclusive verdicts, no time saved)
+    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 2))
 
 
 def _memo(ctx, key: tuple, fn):
