@@ -46,23 +46,6 @@ CAPTURE_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def _bind_like_vllm() -> dict:
-    """What vLLM's CPU executor does when it owns the process (VLLM_CPU_OMP_THREADS_BIND=auto): one
-    OpenMP thread per allowed core but one, the spare core left to the front-end, and the threads
-    pinned to their cores. In this process vLLM binds nothing, so do it here (a user's
-    OMP_NUM_THREADS wins)."""
-    import torch
-
-    cores = sorted(os.sched_getaffinity(0))
-    n = int(os.environ.get("OMP_NUM_THREADS") or 0) or max(1, len(cores) - 1)
-    n = min(n, len(cores))
-    torch.set_num_threads(n)
-    os.sched_setaffinity(0, cores[:n])
-    return {"threads": n, "cores": cores[:n], "of": len(cores),
-            "rule": "allowed cores but one (vLLM's auto binding), pinned" if not os.environ.get("OMP_NUM_THREADS")
-                    else "OMP_NUM_THREADS, pinned"}
-
-
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
@@ -113,15 +96,8 @@ class Engine:
             kwargs["load_format"] = "dummy"
         if max_num_batched_tokens:
             kwargs["max_num_batched_tokens"] = int(max_num_batched_tokens)
-        # on the CPU vLLM's engine core and its executor are two more processes, each importing vLLM
-        # again (27 s of a 37 s start on 2 cores); this worker is already a process of its own, so
-        # run both inside it. On CUDA the separate core overlaps scheduling with the GPU: keep it
-        self.in_process = device != "cuda" and self.tp == 1
-        self.cpu_threads = None
-        if self.in_process:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-            kwargs["distributed_executor_backend"] = "uni"
-            self.cpu_threads = _bind_like_vllm()
+        # the engine core stays in vLLM's own process, as users run it: in this worker it started 5-25 s
+        # faster on the 2-core CPU but its batch figures and token timings moved (results/cpu/timing/)
         if device == "cuda" and not self.enforce_eager:
             kwargs["compilation_config"] = {"cudagraph_capture_sizes": CAPTURE_SIZES}
         if device == "cuda" and kv is not None:
@@ -171,8 +147,6 @@ class Engine:
             "enforce_eager": self.enforce_eager,
             "cudagraph_capture_sizes": CAPTURE_SIZES if self.device == "cuda" and not self.enforce_eager else None,
             "prefix_caching": self.prefix_caching, "tensor_parallel": self.tp,
-            "engine_core": "in this process" if self.in_process else "vLLM's own process",
-            "cpu_threads": self.cpu_threads,
             "max_model_len": self.max_model_len, "start_s": round(self.start_s, 2),
             "weight_bytes": weight_bytes, "weight_bytes_source": source,
             "decode_read_bytes": c.get("decode_read", weight_bytes),
