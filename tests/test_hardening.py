@@ -361,3 +361,19 @@ def test_a_light_engine_lives_beside_the_one_live_engine(tmp_path, monkeypatch):
     assert pool.get("nemo", {"model": "asr"}) is nemo and closed == []
     pool.get("vllm", {"model": "qwen3-0.6b"})  # a second heavy engine takes the heavy one's place
     assert closed == ["nemo"] and pool.get("parakeet", {"model": "asr"}) is port
+
+
+def test_a_gguf_that_cannot_import_makes_its_engine_unmeasured_with_the_cause(tmp_path, monkeypatch):
+    """Seen on the H200 beside vLLM: gguf imports mistral_common, which raised RuntimeError
+    (pycountry missing); the llama.cpp engine says so instead of failing with a traceback."""
+    from pytest_voiceperf.engines.worker import import_gguf
+    from pytest_voiceperf.probes import Unmeasured
+
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "__init__.py").write_text(
+        'raise RuntimeError(\'The `language_code` module requires "pycountry" to be installed.\')\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "gguf", raising=False)
+    with pytest.raises(Unmeasured, match="gguf package could not be imported: RuntimeError: .*pycountry"):
+        import_gguf()
+    monkeypatch.delitem(sys.modules, "gguf", raising=False)

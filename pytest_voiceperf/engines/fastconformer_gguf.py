@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .worker import import_gguf
+
 # weights parakeet.cpp feeds straight into ggml_mul_mat: the only ones it reads quantized
 QUANTIZABLE = [re.compile(p) for p in (
     r"^encoder\.layers\.\d+\.feed_forward[12]\.linear[12]\.weight$",
@@ -35,7 +37,7 @@ def _joint_out_index(model) -> int:
 
 def write(model, path: str, att_context: list[int], quant: str = "q8_0") -> dict[str, Any]:
     """Write ``model`` at look-ahead ``att_context`` ([left, right]) to ``path``; returns what was written."""
-    import gguf
+    gguf = import_gguf()
     import numpy as np
 
     if quant not in QUANTS:

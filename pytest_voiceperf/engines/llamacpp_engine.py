@@ -18,14 +18,14 @@ import time
 
 from ..probes import Unmeasured
 from . import llm_common as common
-from .worker import note_warmup, progress, warming
+from .worker import import_gguf, note_warmup, progress, warming
 
 GGUF_CACHE = os.path.join(tempfile.gettempdir(), "voiceperf-gguf")
 
 
 def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict:
     """Write a Qwen3-architecture GGUF with random weights; returns {name: bytes} of its tensors."""
-    import gguf
+    gguf = import_gguf()
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -104,7 +104,7 @@ def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict
 
 
 def _tensor_bytes(path: str) -> dict[str, int]:
-    import gguf
+    gguf = import_gguf()
 
     r = gguf.GGUFReader(path)
     return {t.name: int(t.n_bytes) for t in r.tensors}

@@ -53,6 +53,22 @@ def _watch_parent() -> None:
                 os._exit(1)
 
 
+def import_gguf():
+    """The ``gguf`` package, or unmeasured with what stopped it: its vocabulary module imports
+    ``mistral_common`` when that is importable, and a broken one (seen beside vLLM: "requires
+    pycountry") raises an error that is not an ImportError."""
+    try:
+        import gguf
+    except ImportError:
+        raise
+    except Exception as exc:
+        from ..probes import Unmeasured
+
+        raise Unmeasured(f"the gguf package could not be imported: {type(exc).__name__}: {exc} (gguf imports "
+                         "mistral_common when it is installed; fix or remove that package)") from None
+    return gguf
+
+
 def progress(msg: str) -> None:
     """Engines call this to show progress in the pytest terminal."""
     if _proto is not None:
