@@ -35,6 +35,12 @@ def t_quantile(p: float, df: float) -> float:
     return float(t.ppf(p, df))
 
 
+def nearest_rank(values: list[float], q: float) -> float:
+    """The ``q`` quantile by nearest rank (a value that occurred: latencies' p95)."""
+    xs = sorted(values)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q * len(xs)) - 1))]
+
+
 def interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
     """Two-sided ``confidence`` interval of the mean of ``values`` (None with fewer than 2)."""
     xs = [float(v) for v in values]

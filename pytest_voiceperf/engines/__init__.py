@@ -289,8 +289,8 @@ class EngineProcess:
             pass
 
 
-def _is_light(key: str) -> bool:
-    fam = families().get(key.split(":", 1)[0])
+def _is_light(family: str) -> bool:
+    fam = families().get(family)
     return bool(fam and fam.light)
 
 
@@ -298,7 +298,8 @@ class EnginePool:
     """Engines of a session: started on first use, shared by every claim, shut down at the end.
 
     At most ``max_live`` engines are alive at once (device memory); the least recently used is
-    closed to make room (light families, see :class:`Family`, are not counted). A dead engine is dropped so the next claim gets a fresh one.
+    closed to make room (light families, see :class:`Family`, are not counted). A dead engine is
+    dropped so the next claim gets a fresh one.
     """
 
     def __init__(self, log_dir: Path, start_timeout: float, max_live: int = 1, progress=None,
@@ -326,9 +327,8 @@ class EnginePool:
         if eng is not None:
             eng.kill()
             self._live.pop(k, None)
-        light = families().get(family)
-        if not (light and light.light):
-            heavy = [key for key in self._live if not _is_light(key)]
+        if not _is_light(family):
+            heavy = [key for key, live in self._live.items() if not _is_light(live.family)]
             while len(heavy) >= self.max_live:
                 self._live.pop(heavy.pop(0)).close()
         if self.progress:

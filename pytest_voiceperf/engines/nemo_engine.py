@@ -29,6 +29,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from ..stats import nearest_rank
 from .worker import progress, warming
 
 WARM_STEPS = 4  # a later round's warm-up: the first step (its own shape) and three steady ones
@@ -209,9 +210,7 @@ class Engine:
         self._audio_cache: dict[str, Any] = {}
         # exact counts of asr.stream per (look-ahead, clip, FLOPs counted): taken once, reused by later rounds
         self._exact: dict[tuple, tuple] = {}
-        self._gguf: dict[tuple, dict] = {}  # export_gguf's files, by (look-ahead, quant)
-        self._gguf_dir: str | None = None
-        self._own_dir: str | None = None  # a folder this engine made (removed when it closes)
+        self._gguf: dict[tuple, dict] = {}  # export_gguf's files, by (look-ahead, quant, folder)
 
     # -- helpers ------------------------------------------------------------------------
     def info(self) -> dict:
@@ -457,7 +456,7 @@ class Engine:
         off_t = [self._offline(buf, count_flops=False)["s"]]
         frames_stream = sum(first["frames"])
         lat = sorted(steps_t)
-        p95 = lat[min(len(lat) - 1, max(0, math.ceil(0.95 * len(lat)) - 1))]
+        p95 = nearest_rank(lat, 0.95)
         out = {
             "right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
             "frame_ms": cfg["frame_ms"], "audio_s": dur, "threads": nthreads, "dtype": self.dtype,
@@ -526,7 +525,7 @@ class Engine:
             "chunk_ms": chunk * self.window_stride * 1000, "window_s": window * self.window_stride,
             "audio_s": dur, "threads": nthreads, "steps": len(ends), "frames_offline": off["frames"],
             "latency_median_s": statistics.median(steps_t),
-            "latency_p95_s": lat[min(len(lat) - 1, max(0, math.ceil(0.95 * len(lat)) - 1))],
+            "latency_p95_s": nearest_rank(lat, 0.95),
             "latency_s": steps_t, "rtf": statistics.median(rtfs), "rtf_runs": rtfs,
             "method": "encoder.forward over the last left-context + chunk features every chunk (no caches)",
         }
@@ -644,40 +643,38 @@ class Engine:
                        "normalization": "NFC, lower case, <tags> and punctuation removed, spaces collapsed"})
         return scores
 
-    def export_gguf(self, right_context: int = 0, quant: str = "q8_0", audio: str = "", out_dir: str = "") -> dict:
+    def export_gguf(self, right_context: int, quant: str, audio: str, out_dir: str) -> dict:
         """This model (its weights as timed here) at one look-ahead as a GGUF parakeet.cpp loads, and
-        the clip exactly as ``stream`` feeds it (padded, float32 at the model's rate), for a port
-        measured on the same network and samples. Written once per (look-ahead, quant)."""
+        the clip exactly as ``stream`` feeds it (padded, float32 at the model's rate), in ``out_dir``
+        (the session's: the files outlive this engine), for a port measured on the same network and
+        samples. Written once per (look-ahead, quant, folder)."""
+        import hashlib
+
         import numpy as np
 
         from . import fastconformer_gguf
 
         att = self._set_rc(right_context)
-        if out_dir:  # the caller's folder (the session's: the files outlive this engine)
-            self._gguf_dir = out_dir
-        elif self._gguf_dir is None:
-            import tempfile
-            self._gguf_dir = self._own_dir = tempfile.mkdtemp(prefix="voiceperf-parakeet-")
-        key = (int(right_context), str(quant), self._gguf_dir)
+        key = (int(right_context), str(quant), out_dir)
         if key not in self._gguf:
-            path = os.path.join(self._gguf_dir, f"parakeet-{os.getpid()}-rc{int(right_context)}-{quant}.gguf")
+            path = os.path.join(out_dir, f"parakeet-{os.getpid()}-rc{int(right_context)}-{quant}.gguf")
             progress(f"nemo: writing the model at look-ahead {att} as a {quant} GGUF for parakeet.cpp")
             t0 = time.perf_counter()
             out = fastconformer_gguf.write(self.model, path, att, quant)
             out.update(file_bytes=os.path.getsize(path), write_s=round(time.perf_counter() - t0, 2))
             self._gguf[key] = out
-        clip = None
-        if audio:
-            a = self._audio(audio)
-            import hashlib
-            clip = os.path.join(self._gguf_dir, f"clip-{hashlib.sha1(audio.encode()).hexdigest()[:12]}.npy")
-            if not os.path.exists(clip):
-                np.save(clip, np.asarray(a, dtype=np.float32))
-            clip_s = len(a) / self.sample_rate
-        return dict(self._gguf[key], clip=clip, clip_s=clip_s if audio else None, sample_rate=self.sample_rate)
+        a = self._audio(audio)
+        clip = os.path.join(out_dir, f"clip-{hashlib.sha1(audio.encode()).hexdigest()[:12]}.npy")
+        if not os.path.exists(clip):
+            np.save(clip, np.asarray(a, dtype=np.float32))
+        return dict(self._gguf[key], clip=clip, clip_s=len(a) / self.sample_rate, sample_rate=self.sample_rate)
+
+    def agreement(self, right_context: int, audio: str, text: str) -> dict:
+        """Another engine's transcript of the clip scored against this model's streamed one (the CER of
+        ``asr.cer``: same normalization)."""
+        ref = self.transcribe(right_context, audio)["text"]
+        s = cer_scores([ref], [text])
+        return {"cer": s["per_utterance"][0], "reference": normalize_text(ref), "hypothesis": normalize_text(text)}
 
     def close(self):
-        if self._own_dir:
-            import shutil
-            shutil.rmtree(self._own_dir, ignore_errors=True)
         self.model = None

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from ..probes import Unmeasured
+from ..stats import nearest_rank
 from .worker import progress, warming
 
 WARM_FEEDS = 4  # a later round's warm-up, as NeMo's (engines/nemo_engine.WARM_STEPS)
@@ -125,16 +126,21 @@ class Engine:
             lib.parakeet_capi_stream_free(s)
         return {"times": times, "text": "".join(text)}
 
-    def stream(self, gguf: str, clip: str, chunk_ms: float, sample_rate: int = 16000, threads: int = 1,
-               reps: int = 1) -> dict:
+    @staticmethod
+    def _clip(clip: str, chunk_ms: float, sample_rate: int):
+        """The samples (float32) and the piece fed per call (one chunk of audio)."""
         import numpy as np
 
+        pcm = np.ascontiguousarray(np.load(clip), dtype=np.float32)
+        return pcm, max(1, int(round(chunk_ms * sample_rate / 1000.0)))
+
+    def stream(self, gguf: str, clip: str, chunk_ms: float, sample_rate: int = 16000, threads: int = 1,
+               reps: int = 1) -> dict:
         ctx = self._load(gguf)
         nthreads = int(threads) if int(threads or 0) > 0 else (os.cpu_count() or 1)
         self._set_threads(nthreads)
-        pcm = np.ascontiguousarray(np.load(clip), dtype=np.float32)
+        pcm, piece = self._clip(clip, chunk_ms, sample_rate)
         dur = len(pcm) / float(sample_rate)
-        piece = max(1, int(round(chunk_ms * sample_rate / 1000.0)))
         key = (gguf, clip, piece)
         with warming():
             if key not in self._first:  # a whole untimed pass builds every graph this clip needs
@@ -144,24 +150,20 @@ class Engine:
                 progress(f"parakeet.cpp: streaming {chunk_ms:.0f} ms pieces (warm-up: {WARM_FEEDS} pieces)")
                 self._pass(ctx, pcm, piece, max_feeds=WARM_FEEDS)
         rtfs: list[float] = []
-        lat: list[float] = []
+        lat: list[float] = []  # per feed (the finalize call is not a chunk's latency)
         for i in range(max(1, int(reps))):
             progress(f"parakeet.cpp: streaming {chunk_ms:.0f} ms pieces, timed pass {i + 1}/{reps}")
             r = self._pass(ctx, pcm, piece)
             rtfs.append(sum(r["times"]) / dur)
-            lat.extend(t for t in r["times"][:-1])
-        lat_sorted = sorted(lat)
-        p95 = lat_sorted[min(len(lat_sorted) - 1, max(0, int(np.ceil(0.95 * len(lat_sorted))) - 1))]
+            lat.extend(r["times"][:-1])
         return {"rtf": statistics.median(rtfs), "rtf_runs": rtfs, "audio_s": dur, "threads": nthreads,
                 "feeds": len(lat) // max(1, int(reps)), "piece_samples": piece,
-                "latency_median_s": statistics.median(lat), "latency_p95_s": p95, "text": self._first[key]}
+                "latency_median_s": statistics.median(lat), "latency_p95_s": nearest_rank(lat, 0.95),
+                "text": self._first[key]}
 
     def transcript(self, gguf: str, clip: str, chunk_ms: float, sample_rate: int = 16000) -> dict:
-        """The clip streamed once, untimed: the port's transcript."""
-        import numpy as np
-
-        pcm = np.ascontiguousarray(np.load(clip), dtype=np.float32)
-        piece = max(1, int(round(chunk_ms * sample_rate / 1000.0)))
+        """The port's transcript of the clip (its first, untimed pass when ``stream`` ran it)."""
+        pcm, piece = self._clip(clip, chunk_ms, sample_rate)
         key = (gguf, clip, piece)
         if key not in self._first:
             self._first[key] = self._pass(self._load(gguf), pcm, piece)["text"]

@@ -219,6 +219,24 @@ PARAKEET_HOW = ("build parakeet.cpp (github.com/mudler/parakeet.cpp: cmake -B bu
                 "-DPARAKEET_BUILD_SERVER=OFF && cmake --build build -j)")
 
 
+def _port(ctx, chunk_ms, right_context, model: str, quant: str, audio: str):
+    """What both port probes share: the library, NeMo's spec, the look-ahead and its chunk, the clip,
+    and the model written by the NeMo engine as the port's GGUF with the samples it streams."""
+    library = ctx.binary("parakeet", "PARAKEET_LIBRARY", PARAKEET_HOW)
+    spec, m = _spec(ctx, model, "float32")
+    rc, row = _right_context(ctx, spec, chunk_ms, right_context)
+    quant = str(quant or "q8_0")
+    if quant not in ("f32", "f16", "q8_0"):
+        raise Unmeasured(f"quant {quant!r} is not f32, f16 or q8_0 (what parakeet.cpp reads)")
+    au = resolve_audio(ctx, audio)
+    ex = ctx.call("nemo", spec, "export_gguf", right_context=rc, quant=quant, audio=au["path"],
+                  out_dir=ctx.session.scratch())
+    cm = float((row or ctx.call("nemo", spec, "streaming_config", right_context=rc))["chunk_ms"])
+    port_spec = {"library": library, "model": model, "device": ctx.device}
+    feed = {"gguf": ex["path"], "clip": ex["clip"], "chunk_ms": cm, "sample_rate": ex["sample_rate"]}
+    return spec, m, rc, au, ex, port_spec, feed
+
+
 @probe("asr.port", engine="parakeet", outputs={
     "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "audio_s": "s", "feeds": "", "threads": "",
     "gguf_bytes": "B"}, exact=("audio_s", "feeds", "threads", "gguf_bytes"))
@@ -228,23 +246,12 @@ def port(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = 
     the model it times (same weights) at this look-ahead as a GGUF (``quant``: f32, f16 or q8_0 of
     the matmul weights) with the exact samples it streams; the port is fed them one chunk per call
     through its streaming C API. RTF = (feed + finalize seconds) / audio seconds."""
-    library = ctx.binary("parakeet", "PARAKEET_LIBRARY", PARAKEET_HOW)
-    spec, m = _spec(ctx, model, "float32")
-    rc, row = _right_context(ctx, spec, chunk_ms, right_context)
-    au = resolve_audio(ctx, audio)
-    quant = str(quant or "q8_0")
-    if quant not in ("f32", "f16", "q8_0"):
-        raise Unmeasured(f"quant {quant!r} is not f32, f16 or q8_0 (what parakeet.cpp reads)")
-    ex = ctx.call("nemo", spec, "export_gguf", right_context=rc, quant=quant, audio=au["path"],
-                  out_dir=ctx.session.scratch())
-    cm = float(row["chunk_ms"]) if row else float(ctx.call("nemo", spec, "streaming_config", right_context=rc)["chunk_ms"])
+    spec, m, _, au, ex, port_spec, feed = _port(ctx, chunk_ms, right_context, model, quant, audio)
     reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 2)
-    r = ctx.call("parakeet", {"library": library, "model": model, "device": ctx.device}, "stream", gguf=ex["path"],
-                 clip=ex["clip"], chunk_ms=cm, sample_rate=ex["sample_rate"], threads=_int(threads, "threads") or 0,
-                 reps=reps)
+    r = ctx.call("parakeet", port_spec, "stream", threads=_int(threads, "threads") or 0, reps=reps, **feed)
     values = {k: float(r[k]) for k in ("rtf", "latency_median_s", "latency_p95_s", "audio_s", "feeds", "threads")}
     values["gguf_bytes"] = float(ex["file_bytes"])
-    info = dict(ctx.engine("parakeet", {"library": library, "model": model, "device": ctx.device}).info)
+    info = dict(ctx.engine("parakeet", port_spec).info)
     info.update({"gguf": {k: ex[k] for k in ("quant", "tensors", "quantized", "tensor_bytes", "file_bytes",
                                             "att_context", "streaming_cfg", "write_s")},
                  "nemo": _engine_info(ctx, spec), "audio": au, "rtf_runs": r["rtf_runs"], "text": r["text"],
@@ -256,46 +263,24 @@ def port(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = 
     return Measurement(values, samples={"rtf": list(r["rtf_runs"])}, info=info)
 
 
-def _chars(text: str) -> str:
-    return " ".join(str(text).replace("\u2581", " ").lower().split())
-
-
-def _cer(ref: str, hyp: str) -> float:
-    """Character edit distance / reference length (1.0 for an empty reference and any hypothesis)."""
-    if not ref:
-        return 0.0 if not hyp else 1.0
-    prev = list(range(len(hyp) + 1))
-    for i, a in enumerate(ref, 1):
-        cur = [i]
-        for j, b in enumerate(hyp, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a != b)))
-        prev = cur
-    return prev[-1] / len(ref)
-
-
 @probe("asr.port_agreement", engine="parakeet", outputs={"cer_vs_nemo": "fraction", "chars_nemo": "",
                                                          "chars_port": ""},
        exact=("cer_vs_nemo", "chars_nemo", "chars_port"))
 def port_agreement(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
                    quant: str = "q8_0", audio: str = ""):
-    """Do the port and NeMo say the same thing? Trained weights only: the character error rate of the
-    port's streamed transcript of the clip against NeMo's (same model, look-ahead and samples)."""
-    library = ctx.binary("parakeet", "PARAKEET_LIBRARY", PARAKEET_HOW)
-    spec, m = _spec(ctx, model, "float32")
-    if m["dummy"]:
+    """Do the port and NeMo say the same thing? Trained weights only: the CER of the port's streamed
+    transcript of the clip against NeMo's (same model, look-ahead and samples; ``asr.cer``'s scoring)."""
+    if ctx.model(model)["dummy"]:
         raise Unmeasured(f"transcript agreement needs trained weights (random weights decode to blanks): "
                          f"--voiceperf-model {model}=PATH.nemo")
-    rc, row = _right_context(ctx, spec, chunk_ms, right_context)
-    au = resolve_audio(ctx, audio)
-    ex = ctx.call("nemo", spec, "export_gguf", right_context=rc, quant=str(quant or "q8_0"), audio=au["path"],
-                  out_dir=ctx.session.scratch())
-    cm = float(row["chunk_ms"]) if row else float(ctx.call("nemo", spec, "streaming_config", right_context=rc)["chunk_ms"])
-    ref = _chars(ctx.call("nemo", spec, "transcribe", right_context=rc, audio=au["path"])["text"])
-    hyp = _chars(ctx.call("parakeet", {"library": library, "model": model, "device": ctx.device}, "transcript",
-                          gguf=ex["path"], clip=ex["clip"], chunk_ms=cm, sample_rate=ex["sample_rate"])["text"])
-    return Measurement({"cer_vs_nemo": _cer(ref, hyp), "chars_nemo": float(len(ref)), "chars_port": float(len(hyp))},
-                       info={"nemo_text": ref, "port_text": hyp, "audio": au, "quant": ex["quant"],
-                             "normalization": "lower case, spaces collapsed, SentencePiece word marks as spaces"})
+    spec, _, rc, au, ex, port_spec, feed = _port(ctx, chunk_ms, right_context, model, quant, audio)
+    hyp = ctx.call("parakeet", port_spec, "transcript", **feed)["text"]
+    a = ctx.call("nemo", spec, "agreement", right_context=rc, audio=au["path"], text=hyp)
+    return Measurement({"cer_vs_nemo": a["cer"], "chars_nemo": float(len(a["reference"])),
+                        "chars_port": float(len(a["hypothesis"]))},
+                       info={"nemo_text": a["reference"], "port_text": a["hypothesis"], "audio": au,
+                             "quant": ex["quant"], "normalization": "asr.cer's: NFC, lower case, <tags> and "
+                                                                   "punctuation removed, spaces collapsed"})
 
 
 @probe("asr.buffered", engine="nemo", outputs={
