@@ -160,7 +160,9 @@ def _shared(pytester):
         d = pytester.path / "models" / "tiny-llama"
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(TINY_LLAMA))
-    return _run(pytester, SHARED, key="shared")
+    # the tiny model's figures swing on a loaded 2-core CI machine (seen: batch gain bimodal, 2.44x and
+    # 4.67x, undecided when the default 60 s of extra rounds ran out): let the rounds decide
+    return _run(pytester, SHARED, "-o", "voiceperf_round_seconds=300", key="shared")
 
 
 # -- no engine start ----------------------------------------------------------------------------
