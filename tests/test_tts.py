@@ -77,14 +77,19 @@ def test_shipped_claims_collect(pytester):
                                         "--voiceperf-device", "cpu", "--collect-only", "-q", "-p", "no:cacheprovider")
     text = res.stdout.str()
     assert "error" not in text.lower().replace("0 errors", "")
-    assert "tts-linear-time[voxcpm2-tiny]" in text and "tts-linear-time[voxcpm2]" not in text
+    assert "tts-linear-time[voxcpm2-tiny-pytorch]" in text and "tts-linear-time[voxcpm2-pytorch]" not in text
+    # Nano-vLLM's rows are shown (unmeasured on the CPU), bf16 and optimize off only
+    assert "tts-voxcpm-paper-rtf[voxcpm2-tiny-bfloat16-False-nanovllm]" in text
+    assert "float32-False-nanovllm" not in text
     assert "tts-magpie-frame-stacking[magpie-tts-tiny]" in text
     assert "pipeline-tts-dominates" not in text  # CUDA only
     res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(ROOT / "claims" / "tts"),
                                         "--voiceperf-claims", str(ROOT / "claims" / "pipeline"),
                                         "--voiceperf-profile", "cuda", "--collect-only", "-q", "-p", "no:cacheprovider")
     text = res.stdout.str()
-    assert "tts-voxcpm-paper-rtf[voxcpm2-bfloat16-True]" in text and "voxcpm2-tiny" not in text
+    assert "tts-voxcpm-paper-rtf[voxcpm2-bfloat16-True-pytorch]" in text and "voxcpm2-tiny" not in text
+    assert "tts-voxcpm-paper-rtf[voxcpm2-bfloat16-False-nanovllm]" in text
+    assert "bfloat16-True-nanovllm" not in text and "float32-False-nanovllm" not in text
     assert "pipeline-tts-dominates[qwen3-4b]" in text
 
 
@@ -93,6 +98,55 @@ def test_optimize_needs_cuda(pytester):
         "t-opt", "syn: {probe: tts.synthesis, model: voxcpm2-tiny, optimize: true}", "syn.rtf")})
     r = results["t-opt"]
     assert r["outcome"] == "unmeasured" and "CUDA" in r["reason"]
+
+
+def test_nanovllm_needs_cuda_and_says_what_it_runs(pytester):
+    """Nano-vLLM's rows are unmeasured on the CPU, and its limits are said, not silently run as PyTorch."""
+    res, results, _ = run(pytester, {
+        "nv": claim("t-nv", "syn: {probe: tts.synthesis, model: voxcpm2-tiny, runtime: nanovllm}", "syn.rtf"),
+        "nvsteps": claim("t-nvsteps", "st: {probe: tts.steps, model: voxcpm2-tiny, runtime: nanovllm}",
+                         "st.fixed_share"),
+        "bad": claim("t-rt", "syn: {probe: tts.synthesis, model: voxcpm2-tiny, runtime: onnx}", "syn.rtf")})
+    assert results["t-nv"]["outcome"] == "unmeasured" and "needs CUDA" in results["t-nv"]["reason"]
+    assert results["t-nvsteps"]["outcome"] == "unmeasured" and "step count" in results["t-nvsteps"]["reason"]
+    assert results["bad"]["outcome"] == "error" and "onnx" in results["bad"]["reason"]  # a file error, named
+
+
+@needs_voxcpm
+def test_nanovllm_checkpoint_is_complete(tmp_path):
+    """The random-weight folder Nano-vLLM loads holds every parameter of VoxCPM2 (its loader is strict),
+    in the published layout, and its stop head never fires."""
+    import torch
+    from safetensors.torch import load_file
+
+    from pytest_voiceperf import models
+    from pytest_voiceperf.engines.nanovllm_engine import checkpoint_dir, write_checkpoint
+    from pytest_voiceperf.engines.voxcpm_engine import install_torchaudio_stub
+
+    cfg = models.get("voxcpm2-tiny").config
+    d = str(tmp_path / "ck")
+    out = write_checkpoint(d, cfg)
+    assert sorted(p.name for p in Path(d).iterdir()) == ["audiovae.pth", "config.json", "model.safetensors",
+                                                         "tokenizer.json", "tokenizer_config.json"]
+    install_torchaudio_stub()
+    from transformers import LlamaTokenizerFast
+    from voxcpm.model.voxcpm2 import AudioVAEV2, VoxCPM2Model, VoxCPMConfig
+
+    vcfg = VoxCPMConfig.model_validate(cfg)
+    vae = AudioVAEV2(config=vcfg.audio_vae_config)
+    ref = VoxCPM2Model(vcfg, LlamaTokenizerFast.from_pretrained(d), vae, None, device="cpu")
+    sd = load_file(str(Path(d) / "model.safetensors"))
+    want = {k for k in ref.state_dict() if not k.startswith("audio_vae.")}
+    assert set(sd) == want and out["params"] == sum(v.numel() for v in sd.values())
+    assert {str(v.dtype) for v in sd.values() if v.is_floating_point()} == {"torch.bfloat16"}
+    assert float(sd["base_lm.layers.0.self_attn.q_proj.weight"].float().std()) > 0  # random, not zeros
+    vae.load_state_dict(torch.load(str(Path(d) / "audiovae.pth"))["state_dict"])  # strict
+    h = torch.randn(256, vcfg.lm_config.hidden_size) * 50
+    logits = torch.nn.functional.silu(h @ sd["stop_proj.weight"].float().T + sd["stop_proj.bias"].float()) \
+        @ sd["stop_head.weight"].float().T
+    assert int(logits.argmax(-1).sum()) == 0  # never "stop"
+    assert checkpoint_dir(cfg) == checkpoint_dir(json.loads(json.dumps(cfg)))
+    assert checkpoint_dir(cfg) != checkpoint_dir(models.get("voxcpm2").config)
 
 
 def test_unknown_dtype_is_a_claim_error(pytester):

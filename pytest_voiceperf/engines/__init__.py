@@ -71,6 +71,9 @@ LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llam
 NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'")
 VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
                 "pip install --no-deps voxcpm (see README)")
+NANOVLLM = Family("nanovllm", "pytest_voiceperf.engines.nanovllm_engine", ("nanovllm_voxcpm", "flash_attn", "voxcpm", "torch"),
+                  "pip install nano-vllm-voxcpm flash-attn voxcpm (CUDA only; PyPI has no flash-attn wheel: build "
+                  "it, e.g. scripts/h200/build-flashattn.sh)")
 MAGPIE = Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
                 "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)")
 PARAKEET = Family("parakeet", "pytest_voiceperf.engines.parakeet_engine", ("numpy",),
@@ -79,7 +82,7 @@ PARAKEET = Family("parakeet", "pytest_voiceperf.engines.parakeet_engine", ("nump
 SELFTEST = Family("selftest", "pytest_voiceperf.engines.selftest_engine", (), "built in")
 
 # the built-ins, also when this package runs from a source tree without its dist-info
-BUILTIN = (VLLM, TRANSFORMERS, LLAMACPP, NEMO, VOXCPM, MAGPIE, PARAKEET, SELFTEST)
+BUILTIN = (VLLM, TRANSFORMERS, LLAMACPP, NEMO, VOXCPM, NANOVLLM, MAGPIE, PARAKEET, SELFTEST)
 
 _families: dict[str, Family] | None = None
 _refused: dict[str, str] = {}  # engine name -> why a plugin's family under it was not loaded

@@ -13,6 +13,11 @@ from .. import models
 from ..probes import InvalidMeasurement, Unmeasured
 
 
+def cache_root() -> str:
+    """Where model folders the plugin writes are kept between runs (VOICEPERF_CACHE overrides)."""
+    return os.environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
+
+
 def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     """A directory vLLM/transformers can load: real weights, or one holding only config.json."""
     if weights:
@@ -25,7 +30,7 @@ def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     text = json.dumps(config, sort_keys=True)
     import hashlib
 
-    root = os.environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
+    root = cache_root()
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec_model).strip("._")[-60:] or "model"  # a path given as the name
     d = os.path.join(root, "models", f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}")
     os.makedirs(d, exist_ok=True)

@@ -52,18 +52,44 @@ def linfit(x: list[float], y: list[float]) -> dict:
             "slope_stderr": float(r.stderr), "intercept_stderr": float(r.intercept_stderr)}
 
 
-def voxcpm_spec(ctx, model: str, dtype: str, optimize) -> dict:
+RUNTIMES = {"pytorch": "voxcpm", "nanovllm": "nanovllm"}  # runtime -> engine family
+
+
+def voxcpm_spec(ctx, model: str, dtype: str, optimize, runtime: str = "pytorch", timesteps: int = 10
+                ) -> tuple[str, dict]:
+    """(engine family, spec) for VoxCPM2 under ``runtime``: ``pytorch`` (the voxcpm package, eager or
+    torch.compile) or ``nanovllm`` (nano-vllm-voxcpm: bf16, CUDA graphs, CUDA only)."""
     m = ctx.model(model)
     if m["family"] not in (None, "tts"):
         raise Unmeasured(f"model {model!r} is a {m['family']} model, not a TTS model")
     if dtype not in DTYPES:
         raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(sorted(DTYPES))}")
+    if runtime not in RUNTIMES:
+        raise Unmeasured(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
+    if runtime == "nanovllm":
+        if ctx.device != "cuda":
+            raise Unmeasured("runtime nanovllm needs CUDA: Nano-vLLM VoxCPM runs flash-attn and Triton kernels "
+                             "with CUDA graphs only")
+        if DTYPES[dtype] != "bfloat16":
+            raise Unmeasured(f"runtime nanovllm runs bfloat16 only (asked for {DTYPES[dtype]})")
+        if _bool(optimize):
+            raise Unmeasured("optimize is the voxcpm (PyTorch) runtime's torch.compile switch; Nano-vLLM always "
+                             "captures CUDA graphs")
+        return "nanovllm", {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
+                            "timesteps": int(timesteps)}
     if ctx.device != "cuda" and _bool(optimize):
         raise Unmeasured("optimize=on needs CUDA: VoxCPM applies torch.compile only on a CUDA device with triton "
                          "(on the CPU it prints 'torch.compile disabled' and runs eager)")
     spec = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
             "dtype": DTYPES[dtype], "optimize": _bool(optimize)}
-    return _with_threads(ctx, model, spec)
+    return "voxcpm", _with_threads(ctx, model, spec)
+
+
+def _tts_key(args: dict) -> str:
+    """Cases on one engine instance run together: runtime, model, dtype, compile (and Nano-vLLM's steps)."""
+    rt = args.get("runtime") or "pytorch"
+    tail = f":{args.get('timesteps')}" if rt == "nanovllm" else f":{args.get('dtype')}:{args.get('optimize')}"
+    return f"{rt}:{args.get('model')}{tail}"
 
 
 def _with_threads(ctx, model: str, spec: dict) -> dict:
@@ -77,29 +103,30 @@ def _with_threads(ctx, model: str, spec: dict) -> dict:
     return spec
 
 
-def _voxcpm(ctx, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
-    eng = ctx.engine("voxcpm", spec)
+def _voxcpm(ctx, family: str, spec: dict, method: str, **kwargs) -> tuple[dict, dict]:
+    eng = ctx.engine(family, spec)
     info = dict(eng.info)
-    if spec["optimize"] and not info.get("compiled"):
+    if spec.get("optimize") and not info.get("compiled"):
         raise Unmeasured("optimize=on was asked for, but VoxCPM did not compile (torch.compile needs CUDA and "
                          "triton; see the engine log for 'torch.compile disabled')")
-    return ctx.call("voxcpm", spec, method, **kwargs), info
+    return ctx.call(family, spec, method, **kwargs), info
 
 
 def _engine_info(info: dict) -> dict:
-    keep = ("engine", "model", "dummy", "weights", "device", "dtype", "param_dtypes", "optimize", "compiled",
+    keep = ("engine", "runtime", "model", "dummy", "weights", "device", "dtype", "param_dtypes", "optimize", "compiled",
             "params", "weight_bytes", "sample_rate", "torch_threads", "torchaudio", "versions", "cuda_device",
-            "text_tokens")
+            "text_tokens", "timesteps", "checkpoint_written")
     return {k: info[k] for k in keep if k in info}
 
 
-@probe("tts.synthesis", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
+@probe("tts.synthesis", engine="voxcpm", engine_key=_tts_key,
+       choices={"dtype": tuple(DTYPES), "runtime": tuple(RUNTIMES)}, outputs={
     "slope": "s/s", "intercept_s": "s", "r2": "", "step_s": "s", "rtf": "", "audio_s_per_patch": "s",
     "patches_per_audio_s": "1/s", "peak_mem_bytes": "B", "points": "", "max_rel_residual": "",
     "slope_best": "s/s", "intercept_best_s": "s", "r2_best": "", "max_spread": "",
 })
 def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", timesteps: int = 10,
-              reps: int = 3, dtype: str = "bfloat16", optimize: bool = False):
+              reps: int = 3, dtype: str = "bfloat16", optimize: bool = False, runtime: str = "pytorch"):
     """Whole-utterance synthesis time at fixed patch counts; time = slope x audio seconds + intercept.
 
     Each length is generated once untimed, then ``reps`` rounds time every length (interleaved).
@@ -111,9 +138,9 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     lengths = sorted(set(_ints(patches, "patches")))
     if len(lengths) < 2:
         raise Unmeasured("tts.synthesis needs at least two lengths")
-    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    family, spec = voxcpm_spec(ctx, model, dtype, optimize, runtime, timesteps)
     ctx.progress(f"tts.synthesis: {model} at {lengths} patches, {timesteps} diffusion steps, {reps} rounds")
-    r, info = _voxcpm(ctx, spec, "synthesis", patches=lengths, timesteps=int(timesteps), reps=int(reps))
+    r, info = _voxcpm(ctx, family, spec, "synthesis", patches=lengths, timesteps=int(timesteps), reps=int(reps))
     sr = r["sample_rate"]
     audio = [s / sr for s in r["samples"]]
     per_patch = [a / n for a, n in zip(audio, r["patches"])]
@@ -132,7 +159,7 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     values = {
         "slope": fit["slope"], "intercept_s": fit["intercept"], "r2": fit["r2"], "step_s": fit["slope"] * aps,
         "rtf": rtf, "audio_s_per_patch": aps, "patches_per_audio_s": 1.0 / aps,
-        "peak_mem_bytes": float(r["peak_mem_bytes"]), "points": float(len(lengths)), "max_rel_residual": max_res,
+        "peak_mem_bytes": float(r.get("peak_mem_bytes", float("nan"))), "points": float(len(lengths)), "max_rel_residual": max_res,
         "slope_best": best["slope"], "intercept_best_s": best["intercept"], "r2_best": best["r2"],
         "max_spread": spread,
     }
@@ -145,17 +172,22 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
         **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
         "median_s": med, "timesteps": r["timesteps"], "fit": fit, "fit_best": best,
         "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
-        "method": "whole-utterance VoxCPM.generate with min_len = max_len = patches; warm-up at each length; "
-                  "rounds interleave the lengths; fit of the per-length medians (scipy.stats.linregress)",
+        "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
+                   "Nano-vLLM generate with max_generate_length = patches (random weights: a stop head that "
+                   "never fires), time to the last chunk")
+                  + "; warm-up at each length; rounds interleave the lengths; fit of the per-length medians "
+                    "(scipy.stats.linregress)",
     })
 
 
-@probe("tts.steps", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
+@probe("tts.steps", engine="voxcpm", engine_key=_tts_key,
+       choices={"dtype": tuple(DTYPES), "runtime": tuple(RUNTIMES)}, outputs={
     "per_step_s": "s", "fixed_s": "s", "fixed_share": "", "r2": "", "patch_s_ref": "s", "speedup": "",
     "proportional_speedup": "", "speedup_vs_proportional": "",
 })
 def steps(ctx, model: str = "voxcpm2-tiny", timesteps: str = "2,5,10,20", patches: str = "4,16",
-          reps: int = 3, ref_timesteps: int = 10, dtype: str = "bfloat16", optimize: bool = False):
+          reps: int = 3, ref_timesteps: int = 10, dtype: str = "bfloat16", optimize: bool = False,
+          runtime: str = "pytorch"):
     """Cost of one patch at several diffusion step counts; fit patch_s = fixed_s + per_step_s x steps.
 
     The cost of one patch is the slope between two lengths (``patches``: short,long) of whole-utterance
@@ -168,9 +200,12 @@ def steps(ctx, model: str = "voxcpm2-tiny", timesteps: str = "2,5,10,20", patche
     if len(ts) < 2 or len(lengths) != 2:
         raise Unmeasured("tts.steps needs at least two step counts and exactly two lengths (short,long)")
     ref = int(ref_timesteps) if int(ref_timesteps) in ts else ts[-1]
-    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    if runtime == "nanovllm":
+        raise Unmeasured("runtime nanovllm: Nano-vLLM fixes the diffusion step count when its server starts, so "
+                         "a step sweep would start one server per count (not offered)")
+    family, spec = voxcpm_spec(ctx, model, dtype, optimize, runtime)
     ctx.progress(f"tts.steps: {model} at {ts} diffusion steps, {lengths} patches, {reps} rounds")
-    r, info = _voxcpm(ctx, spec, "steps", timesteps=ts, patches=lengths, reps=int(reps))
+    r, info = _voxcpm(ctx, family, spec, "steps", timesteps=ts, patches=lengths, reps=int(reps))
     dn = lengths[1] - lengths[0]
     # r["times"][i][j]: runs at timesteps ts[i], length lengths[j]
     patch_med = [(statistics.median(tt[1]) - statistics.median(tt[0])) / dn for tt in r["times"]]
@@ -225,13 +260,14 @@ def playback(arrivals: list[float], durations: list[float]) -> dict:
             "on_time_fraction": (1 - late / len(margins)) if margins else 1.0}
 
 
-@probe("tts.streaming", engine="voxcpm", choices={"dtype": tuple(DTYPES)}, outputs={
+@probe("tts.streaming", engine="voxcpm", engine_key=_tts_key,
+       choices={"dtype": tuple(DTYPES), "runtime": tuple(RUNTIMES)}, outputs={
     "first_chunk_s": "s", "whole_s": "s", "first_share": "", "audio_s": "s", "chunk_s": "s", "chunk_audio_s": "s",
     "chunk_rtf": "", "rtf": "", "late_chunks": "", "on_time_fraction": "", "min_margin_s": "s", "stall_s": "s",
     "no_gaps": "",
 })
 def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: int = 10, reps: int = 3,
-              dtype: str = "bfloat16", optimize: bool = False):
+              dtype: str = "bfloat16", optimize: bool = False, runtime: str = "pytorch"):
     """Streaming synthesis (VoxCPM.generate_streaming, one chunk per patch): time to the first chunk,
     and per chunk whether it arrives before the audio delivered so far has finished playing.
 
@@ -241,9 +277,9 @@ def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: in
     n = int(patches)
     if n < 2:
         raise Unmeasured("tts.streaming needs at least two patches")
-    spec = voxcpm_spec(ctx, model, dtype, optimize)
+    family, spec = voxcpm_spec(ctx, model, dtype, optimize, runtime, timesteps)
     ctx.progress(f"tts.streaming: {model}, {n} patches, {timesteps} diffusion steps, {reps} runs")
-    r, info = _voxcpm(ctx, spec, "streaming", patches=n, timesteps=int(timesteps), reps=int(reps))
+    r, info = _voxcpm(ctx, family, spec, "streaming", patches=n, timesteps=int(timesteps), reps=int(reps))
     sr = r["sample_rate"]
     per_run = []
     for run in r["runs"]:
@@ -280,7 +316,8 @@ def streaming(ctx, model: str = "voxcpm2-tiny", patches: int = 20, timesteps: in
         "chunk_rtf_per_run": [p["chunk_s"] / p["chunk_audio"] for p in per_run],
         "late_per_run": [p["late"] for p in per_run],
         "on_time": [[m >= 0 for m in p["margins"]] for p in per_run],
-        "method": "VoxCPM.generate_streaming, warm-up run at the same length; playback starts when the first "
+        "method": ("VoxCPM.generate_streaming" if family == "voxcpm" else "Nano-vLLM generate (one chunk per patch)")
+                  + ", warm-up run at the same length; playback starts when the first "
                   "chunk arrives and stalls while a chunk is late",
     })
 
