@@ -5,6 +5,8 @@
 set -uo pipefail
 . scripts/h200/install.sh >/dev/null
 start=$(date +%s)
+# llama-cpp-python's CUDA build alongside when its sdist was carried (build-llamacpp.sh; nothing here is timed)
+lc=""; [ -d .whl/llamacpp ] && { bash scripts/h200/build-llamacpp.sh > /tmp/lc.log 2>&1 & lc=$!; }
 python3 - > /tmp/ckpt.log 2>&1 <<'PY' &
 import time
 from pytest_voiceperf import models
@@ -16,6 +18,7 @@ PY
 ck=$!
 bash scripts/h200/build-flashattn.sh; rc=$?
 wait $ck; echo "checkpoint rc=$? after $(( $(date +%s) - start )) s"; tail -3 /tmp/ckpt.log
+[ -n "$lc" ] && { wait $lc; echo "llama-cpp-python build rc=$? after $(( $(date +%s) - start )) s"; tail -4 /tmp/lc.log; }
 [ $rc -eq 0 ] || exit $rc
 export PYTHONPATH="$PYTHONPATH"
 python3 - <<'PY' 2>&1 | grep -vE "^\s*$" | tail -30
