@@ -12,7 +12,7 @@ tar -C "$tmp" -xzf "$tmp"/llama_cpp_python-"$ver".tar.gz
 # only llama + ggml (CPU, CUDA) are built
 v="$tmp/llama_cpp_python-$ver"/vendor/llama.cpp
 rm -rf "$tmp/llama_cpp_python-$ver"/{.git,docs} "$v"/{models,docs,benches,media,tests,examples,.github,.devops,conversion,gguf-py} \
-  "$v"/tools/{ui,server} "$v"/vendor/miniaudio
+  "$v"/tools/{ui,server}
 for b in vulkan sycl opencl hexagon metal et webgpu openvino cann virtgpu musa zdnn kompute zendnn; do rm -rf "$v/ggml/src/ggml-$b"; done
 tar -C "$tmp" -czf "$d/llama_cpp_python-$ver-slim.tar.gz" "llama_cpp_python-$ver"
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
