@@ -163,6 +163,27 @@ class Engine:
         free, total = self.torch.cuda.mem_get_info()
         return int(total - free - self.used_before)
 
+    def _pass_state(self) -> dict | None:
+        """SM clock and the CPU seconds this engine's process tree (its Nano-vLLM server included) has
+        used, read after each pass: on the H200 some passes took 2x at every length with nothing
+        flagged; these say next time whether the clock or the server's host work moved."""
+        try:
+            import psutil
+
+            me = psutil.Process()
+            cpu = sum(sum(p.cpu_times()[:2]) for p in [me, *me.children(recursive=True)])
+        except Exception:
+            cpu = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
+            clock = int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+        except Exception:
+            clock = None
+        return {"cpu_s": cpu, "sm_clock_mhz": clock}
+
     def _whole(self, patches: int) -> tuple[float, int]:
         arrivals, sizes = self._stream(patches)
         if self.dummy and len(sizes) != int(patches):
@@ -184,6 +205,7 @@ class Engine:
         used = self._device_used()
         times: dict[int, list[float]] = {n: [] for n in patches}
         samples = {}
+        passes = [self._pass_state()]
         for r in range(int(reps)):
             progress(f"nanovllm: synthesis round {r + 1}/{reps} over {len(patches)} lengths")
             for n in patches:
@@ -191,7 +213,8 @@ class Engine:
                 times[n].append(t)
                 samples[n] = s
             used = max(used, self._device_used())
-        return {"patches": patches, "times": [times[n] for n in patches], "samples": [samples[n] for n in patches],
+            passes.append(self._pass_state())
+        return {"passes": passes, "patches": patches, "times": [times[n] for n in patches], "samples": [samples[n] for n in patches],
                 "sample_rate": self.sample_rate, "timesteps": self.timesteps, "peak_mem_bytes": used,
                 "peak_mem_kind": "device memory in use after each round minus before the server started "
                                  "(cudaMemGetInfo): Nano-vLLM serves from its own process and reserves "

@@ -172,6 +172,7 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
         **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
         "median_s": med, "timesteps": r["timesteps"], "fit": fit, "fit_best": best,
         "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
+        "passes": r.get("passes"),  # Nano-vLLM: SM clock and engine CPU seconds before/after each pass
         "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
                    "Nano-vLLM generate with max_generate_length = patches (random weights: a stop head that "
                    "never fires), time to the last chunk")
