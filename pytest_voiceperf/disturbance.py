@@ -44,6 +44,21 @@ def _our_pids() -> set[int]:
     return pids
 
 
+def tree_cpu_seconds() -> float | None:
+    """User + system CPU seconds used so far by this process and its descendants (None without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    total = 0.0
+    for pid in _our_pids():
+        try:
+            total += sum(psutil.Process(pid).cpu_times()[:2])
+        except psutil.Error:
+            pass
+    return total
+
+
 def _cpu_by_pid() -> dict[int, tuple[float, str]]:
     import psutil
 

@@ -18,6 +18,15 @@ def cache_root() -> str:
     return os.environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
 
 
+def cache_dir(name: str, config: dict) -> str:
+    """The cache folder for a model written from ``config`` (the same path for the same config)."""
+    import hashlib
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip("._")[-60:] or "model"  # a path given as the name
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(cache_root(), "models", f"{safe}-{digest}")
+
+
 def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     """A directory vLLM/transformers can load: real weights, or one holding only config.json."""
     if weights:
@@ -28,11 +37,7 @@ def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:
     # path, so a fresh temp folder per start compiled again (H200: 76-78 s a start, 29-30 s with
     # a fixed folder); overridable with VOICEPERF_CACHE (default ~/.cache/pytest-voiceperf)
     text = json.dumps(config, sort_keys=True)
-    import hashlib
-
-    root = cache_root()
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec_model).strip("._")[-60:] or "model"  # a path given as the name
-    d = os.path.join(root, "models", f"{safe}-{hashlib.sha256(text.encode()).hexdigest()[:12]}")
+    d = cache_dir(spec_model, config)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, "config.json")
     try:

@@ -22,24 +22,22 @@ generates exactly ``max_generate_length`` patches (what the ``voxcpm`` engine ge
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
 from typing import Any
 
-from .llm_common import cache_root
-from .voxcpm_engine import DEFAULT_TEXT, _dist_version, _write_random_dir, install_torchaudio_stub
+from ..disturbance import gpu_state, tree_cpu_seconds
+from .llm_common import cache_dir
+from .voxcpm_engine import DEFAULT_TEXT, _dist_version, install_torchaudio_stub, write_tokenizer
 from .worker import progress, warming
 
 CHECKPOINT_VERSION = 1  # bump when the written folder changes
 
 
 def checkpoint_dir(config: dict) -> str:
-    key = hashlib.sha256(json.dumps([CHECKPOINT_VERSION, config], sort_keys=True).encode()).hexdigest()[:16]
-    return os.path.join(cache_root(), "models", f"voxcpm2-random-{key}")
+    return cache_dir(f"voxcpm2-nanovllm-v{CHECKPOINT_VERSION}", config)
 
 
 def write_checkpoint(d: str, config: dict, device: str = "cpu", seed: int = 0) -> dict:
@@ -57,7 +55,7 @@ def write_checkpoint(d: str, config: dict, device: str = "cpu", seed: int = 0) -
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     cfg = copy.deepcopy(config)
-    _write_random_dir(tmp, cfg)  # tokenizer (and placeholder files, replaced below)
+    write_tokenizer(tmp, cfg)
     with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
         json.dump(cfg, f)
     torch.manual_seed(seed)
@@ -80,7 +78,6 @@ def write_checkpoint(d: str, config: dict, device: str = "cpu", seed: int = 0) -
     lm = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in sd.items() if v.is_floating_point()}
     lm.update({k: v.detach().cpu().contiguous() for k, v in sd.items() if not v.is_floating_point()})
     save_file(lm, os.path.join(tmp, "model.safetensors"))
-    os.remove(os.path.join(tmp, "audiovae.safetensors"))
     vsd = {k: v.detach().float().cpu().contiguous() for k, v in vae.state_dict().items()}
     torch.save({"state_dict": vsd}, os.path.join(tmp, "audiovae.pth"))
     params = sum(v.numel() for v in sd.values())
@@ -99,7 +96,6 @@ class Engine:
 
         if device != "cuda" or not torch.cuda.is_available():
             raise RuntimeError("Nano-vLLM VoxCPM runs on CUDA only (flash-attn, Triton, CUDA graphs)")
-        self.torchaudio = install_torchaudio_stub()  # nanovllm_voxcpm's server imports librosa, not torchaudio
         import flash_attn
         import nanovllm_voxcpm
         from nanovllm_voxcpm import VoxCPM
@@ -163,26 +159,12 @@ class Engine:
         free, total = self.torch.cuda.mem_get_info()
         return int(total - free - self.used_before)
 
-    def _pass_state(self) -> dict | None:
-        """SM clock and the CPU seconds this engine's process tree (its Nano-vLLM server included) has
-        used, read after each pass: on the H200 some passes took 2x at every length with nothing
-        flagged; these say next time whether the clock or the server's host work moved."""
-        try:
-            import psutil
-
-            me = psutil.Process()
-            cpu = sum(sum(p.cpu_times()[:2]) for p in [me, *me.children(recursive=True)])
-        except Exception:
-            cpu = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
-            clock = int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
-        except Exception:
-            clock = None
-        return {"cpu_s": cpu, "sm_clock_mhz": clock}
+    @staticmethod
+    def _pass_state() -> dict:
+        """GPU clocks and clock-event reasons, and the CPU seconds this engine's process tree (its
+        Nano-vLLM server included) has used, read after each pass: on the H200 some passes took 2x at
+        every length with nothing flagged; these say next time whether the clock or the host moved."""
+        return {"cpu_s": tree_cpu_seconds(), "gpu": gpu_state()}
 
     def _whole(self, patches: int) -> tuple[float, int]:
         arrivals, sizes = self._stream(patches)
@@ -220,10 +202,6 @@ class Engine:
                                  "(cudaMemGetInfo): Nano-vLLM serves from its own process and reserves "
                                  f"gpu_memory_utilization={self.gpu_memory_utilization} of the GPU for its KV cache "
                                  "up front, so this is its reservation, not the model's need"}
-
-    def steps(self, timesteps: list[int], patches: Sequence[int] = (4, 16), reps: int = 3) -> dict:
-        raise ValueError("Nano-vLLM fixes the diffusion step count when its server starts; "
-                         "the steps probe needs one engine per count (not offered)")
 
     def streaming(self, patches: int = 20, timesteps: int = 10, reps: int = 3) -> dict:
         self._check_timesteps(timesteps)
@@ -274,7 +252,6 @@ class Engine:
             "timesteps": self.timesteps,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "text": self.text,
-            "torchaudio": self.torchaudio,
             "versions": self.versions,
             "cuda_device": self.torch.cuda.get_device_name(),
             "start_s": self.start_s,

@@ -86,16 +86,21 @@ def _char_vocab() -> dict[str, int]:
     return vocab
 
 
-def _write_random_dir(d: str, config: dict) -> None:
-    import torch
-    from safetensors.torch import save_file
+def write_tokenizer(d: str, config: dict) -> None:
+    """The character-level tokenizer random-weight VoxCPM2 folders use (ids 101-104 reserved)."""
     from transformers import LlamaTokenizerFast
 
     vocab = _char_vocab()
     if config["lm_config"]["vocab_size"] < len(vocab):
         raise ValueError(f"lm_config.vocab_size {config['lm_config']['vocab_size']} < tokenizer size {len(vocab)}")
-    tok = LlamaTokenizerFast(vocab=vocab, merges=[])
-    tok.save_pretrained(d)
+    LlamaTokenizerFast(vocab=vocab, merges=[]).save_pretrained(d)
+
+
+def _write_random_dir(d: str, config: dict) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    write_tokenizer(d, config)
     placeholder = {"voiceperf_placeholder": torch.zeros(1)}
     save_file(placeholder, os.path.join(d, "model.safetensors"))
     save_file(placeholder, os.path.join(d, "audiovae.safetensors"))

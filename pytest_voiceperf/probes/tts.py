@@ -75,20 +75,21 @@ def voxcpm_spec(ctx, model: str, dtype: str, optimize, runtime: str = "pytorch",
         if _bool(optimize):
             raise Unmeasured("optimize is the voxcpm (PyTorch) runtime's torch.compile switch; Nano-vLLM always "
                              "captures CUDA graphs")
-        return "nanovllm", {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
+        return RUNTIMES[runtime], {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
                             "timesteps": int(timesteps)}
     if ctx.device != "cuda" and _bool(optimize):
         raise Unmeasured("optimize=on needs CUDA: VoxCPM applies torch.compile only on a CUDA device with triton "
                          "(on the CPU it prints 'torch.compile disabled' and runs eager)")
     spec = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
             "dtype": DTYPES[dtype], "optimize": _bool(optimize)}
-    return "voxcpm", _with_threads(ctx, model, spec)
+    return RUNTIMES[runtime], _with_threads(ctx, model, spec)
 
 
 def _tts_key(args: dict) -> str:
     """Cases on one engine instance run together: runtime, model, dtype, compile (and Nano-vLLM's steps)."""
     rt = args.get("runtime") or "pytorch"
-    tail = f":{args.get('timesteps')}" if rt == "nanovllm" else f":{args.get('dtype')}:{args.get('optimize')}"
+    dtype = DTYPES.get(str(args.get("dtype")), args.get("dtype"))
+    tail = f":{args.get('timesteps')}" if rt == "nanovllm" else f":{dtype}:{args.get('optimize')}"
     return f"{rt}:{args.get('model')}{tail}"
 
 
@@ -159,7 +160,7 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     values = {
         "slope": fit["slope"], "intercept_s": fit["intercept"], "r2": fit["r2"], "step_s": fit["slope"] * aps,
         "rtf": rtf, "audio_s_per_patch": aps, "patches_per_audio_s": 1.0 / aps,
-        "peak_mem_bytes": float(r.get("peak_mem_bytes", float("nan"))), "points": float(len(lengths)), "max_rel_residual": max_res,
+        "peak_mem_bytes": float(r["peak_mem_bytes"]), "points": float(len(lengths)), "max_rel_residual": max_res,
         "slope_best": best["slope"], "intercept_best_s": best["intercept"], "r2_best": best["r2"],
         "max_spread": spread,
     }
@@ -172,7 +173,7 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
         **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
         "median_s": med, "timesteps": r["timesteps"], "fit": fit, "fit_best": best,
         "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
-        "passes": r.get("passes"),  # Nano-vLLM: SM clock and engine CPU seconds before/after each pass
+        "passes": r.get("passes"),  # Nano-vLLM: GPU clocks and engine CPU seconds before and after each pass
         "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
                    "Nano-vLLM generate with max_generate_length = patches (random weights: a stop head that "
                    "never fires), time to the last chunk")
