@@ -459,6 +459,7 @@ class VoiceperfSession:
         budget = rc.seconds or self.options.round_seconds
         started = time.monotonic()
         n = n_min
+        futility = ""
         try:
             while True:
                 # round-major: round r of every probe of the case before round r+1 of any (interleaved)
@@ -473,6 +474,12 @@ class VoiceperfSession:
                     break
                 spent = time.monotonic() - started
                 if n >= n_max or spent > budget or time.monotonic() + spent / n > deadline:
+                    break
+                floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
+                hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, floor)
+                if hopeless is not None:
+                    futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
+                                f"would still give {_fmt_ci(hopeless, claim.unit)}")
                     break
                 self.progress(f"{case.claim.id}: interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
                               f"{claim.expect.describe()} after {n} rounds; one more round")
@@ -503,7 +510,7 @@ class VoiceperfSession:
         if ev["decision"] == "inconclusive":
             raise Unmeasured(f"inconclusive:{mode_txt} {fmt_value(result.value, claim.unit)}, interval {ci_txt} "
                              f"straddles {claim.expect.describe()} after {result.rounds} rounds "
-                             f"({time.monotonic() - started:.0f} s; budget {n_max} rounds, {budget:g} s)")
+                             f"({time.monotonic() - started:.0f} s; budget {n_max} rounds, {budget:g} s){futility}")
         if ev["decision"] == "failed":
             raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
                                 f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")

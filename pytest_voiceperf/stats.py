@@ -65,6 +65,25 @@ def with_floor(ci: tuple[float, float], value: float, floor: float) -> tuple[flo
     return (min(ci[0], value - h), max(ci[1], value + h))
 
 
+def futile(values: list[float], lo: float | None, hi: float | None, n_max: int, floor: float = 0.0,
+           confidence: float = 0.95) -> tuple[float, float] | None:
+    """The interval ``n_max`` rounds would give if the next rounds kept this mean and spread, when
+    that interval still straddles the bound (more rounds cannot decide: stop for futility, as
+    group-sequential tests do); None when more rounds could decide it.
+
+    Optimistic on purpose (the spread of few rounds tends to grow, the mean to move): it stops only
+    a case that even a best-case continuation leaves undecided (CPU, 2-core VM: the 560 ms ASR RTF at
+    0.99 against a bound of 1, rounds 0.97-1.01, went to 5-6 rounds and stayed inconclusive)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n < 2 or n >= n_max:
+        return None
+    m = statistics.fmean(xs)
+    h = t_quantile(0.5 + confidence / 2, n_max - 1) * statistics.stdev(xs) / math.sqrt(n_max)
+    proj = with_floor((m - h, m + h), m, floor) if floor else (m - h, m + h)
+    return proj if decide(proj, lo, hi) == "inconclusive" else None
+
+
 def decide(ci: tuple[float, float], lo: float | None, hi: float | None) -> str:
     """passed | failed | inconclusive: where the whole interval lies against [lo, hi]."""
     a, b = ci

@@ -120,11 +120,24 @@ def test_interval_verdicts_pass_fail_and_inconclusive_after_the_budget(vp):
     assert r["c-pass"]["ci"][0] > 0.5 and len(r["c-pass"]["round_values"]) == 3
     assert r["c-fail"]["outcome"] == "failed" and r["c-fail"]["ci"][1] < 1.5
     inc = r["c-inc"]
-    assert inc["outcome"] == "unmeasured" and inc["rounds"] == 5
-    assert inc["reason"].startswith("inconclusive:") and "straddles >= 1 after 5 rounds" in inc["reason"]
+    # its mean sits on the bound: even 5 rounds of this spread would straddle it, so it stops at 3
+    assert inc["outcome"] == "unmeasured" and inc["rounds"] == 3
+    assert inc["reason"].startswith("inconclusive:") and "straddles >= 1 after 3 rounds" in inc["reason"]
+    assert "more rounds would not decide it: 5 rounds with this mean and spread would still give [" in inc["reason"]
     assert inc["ci"][0] < 1.0 < inc["ci"][1]
     out = res.stdout.str()
-    assert "interval [" in out and "over 5 rounds" in out
+    assert "interval [" in out and "over 3 rounds" in out
+
+
+def test_futility_projects_the_interval_at_the_round_budget():
+    # mean on the bound: no number of rounds of this spread decides it
+    assert stats.futile([0.9, 1.1, 0.9], 1.0, None, 5) is not None
+    # 1.5 +- 0.14 against 1.0: three rounds straddle (t = 12.7 with one), five would not
+    assert stats.futile([1.4, 1.6], 1.0, None, 5) is None
+    # a run-to-run floor of 2% around 0.99 always covers a bound of 1.0
+    assert stats.futile([0.99, 0.99, 0.99], None, 1.0, 6, floor=0.02) is not None
+    assert stats.futile([0.99, 0.99, 0.99], None, 1.0, 6) is None
+    assert stats.futile([0.9, 1.1, 0.9], 1.0, None, 3) is None  # the budget is spent anyway
 
 
 def test_sequential_stop_adds_rounds_until_decided(vp):
@@ -139,11 +152,12 @@ def test_sequential_stop_adds_rounds_until_decided(vp):
 
 
 def test_claim_rounds_key_sets_the_budget(vp):
-    write(vp, "b.yaml", claim("c-b", expect="{min: 1.0}", measure="m: {probe: t.const, rounds_x: '0.9,1.1'}",
+    # after 2 rounds (1.4, 1.6) a third could decide; with it (0.5) the budget of 3 is spent
+    write(vp, "b.yaml", claim("c-b", expect="{min: 1.0}", measure="m: {probe: t.const, rounds_x: '1.4,1.6,0.5'}",
                               extra="rounds: {min: 2, max: 3}\n"))
     res = vp.runpytest("--voiceperf", "--voiceperf-json", "o.json")
     r = results(vp)["c-b"]
-    assert r["rounds"] == 3 and r["reason"].startswith("inconclusive")
+    assert r["rounds"] == 3 and r["reason"].startswith("inconclusive") and "would not decide" not in r["reason"]
     write(vp, "b.yaml", claim("c-b", extra="rounds: {min: 4, max: 2}\n"))
     res = vp.runpytest("--voiceperf")
     res.stdout.fnmatch_lines(["*b.yaml:*rounds: min 4 is above max 2*"])
