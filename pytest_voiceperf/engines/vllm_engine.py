@@ -12,6 +12,7 @@ token (the plugin's figure). Both are returned; they must agree.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -46,6 +47,17 @@ CAPTURE_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 NVLS_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
+def _cpu_kv_gib(counts: dict, max_model_len: int) -> int:
+    """Whole GiB of CPU KV cache (VLLM_CPU_KVCACHE_SPACE takes integers) for one request of
+    ``max_model_len`` tokens, the least vLLM starts with; 4 GiB when the config gives no count.
+    vLLM zeroes the whole space at start: 4 GiB took 10-14 s of a 0.6B start on the 2-core VM, 1 GiB
+    0.4 s. The CPU claims use far less (64 requests x 48 tokens in the batch sweep, 2,049-token prefill)."""
+    per_token = counts.get("kv_per_token")
+    if not per_token:
+        return 4
+    return max(1, math.ceil(per_token * max_model_len * 1.05 / 2**30))
+
+
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
@@ -71,7 +83,10 @@ class Engine:
         # rebinding in the worker ('_lib_fn_wrapper' object has no attribute 'get'): load none
         os.environ.setdefault("VLLM_PLUGINS", "")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model (weight bytes)
-        kv = kv_cache_gib if kv_cache_gib is not None else (4 if device != "cuda" else None)
+        counts = common.byte_counts(cfg, dtype, quantization)
+        kv = kv_cache_gib
+        if kv is None and device != "cuda":
+            kv = _cpu_kv_gib(counts, self.max_model_len)
         if device != "cuda" and kv is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(kv) if float(kv).is_integer() else kv)
         self.dir = common.model_dir(model, config, weights)
@@ -113,7 +128,7 @@ class Engine:
         self.version = vllm.__version__
         self._seed = 1000 + seed
         self._prefilled: set[tuple[int, bool]] = set()
-        self.counts = common.byte_counts(cfg, dtype, quantization)
+        self.counts = counts
         hf = getattr(getattr(self.llm.llm_engine, "model_config", None), "hf_config", None)
         self.model_type = getattr(hf, "model_type", None) or (cfg or {}).get("model_type")
         self.architectures = list(getattr(hf, "architectures", None) or (cfg or {}).get("architectures") or [])

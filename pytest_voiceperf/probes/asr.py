@@ -209,7 +209,9 @@ def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str 
     info.update({k: r[k] for k in ("att_context_size", "frames_per_step", "flop_method", "padded_s", "text",
                                    "max_abs_diff_vs_offline", "flops_per_step", "offline_encoder_s", "counts") if k in r})
     info.update({"audio": au, "latency_s": r["latency_s"], "rtf_runs": r["rtf_runs"],
-                 "timing": "perf_counter around each conformer_stream_step (CUDA synchronized), features up front"})
+                 "timing": "perf_counter around each conformer_stream_step (CUDA synchronized), features up front",
+                 "offline_rtf_timing": "one offline encoder pass per clip and look-ahead, timed in the first round "
+                                       "only (the same figure in every round)"})
     if m["dummy"]:
         info["weights_note"] = "random weights of the catalog shape; speed does not depend on weight values"
     return Measurement(values, samples={"rtf": list(r["rtf_runs"])}, info=info)
