@@ -234,6 +234,17 @@ def test_a_model_from_a_config_json_of_another_architecture(pytester):
 
 
 @needs_vllm
+def test_cpu_kv_cache_is_sized_to_one_longest_request():
+    from pytest_voiceperf.engines.vllm_engine import _cpu_kv_gib
+
+    cfg = models.get("qwen3-0.6b").config
+    # 114,688 B/token in bf16: 8,192 tokens are 0.88 GiB; float32 twice that
+    assert _cpu_kv_gib(models.qwen3_bytes(cfg, "bfloat16", None), 8192) == 1
+    assert _cpu_kv_gib(models.qwen3_bytes(cfg, "float32", None), 8192) == 2
+    assert _cpu_kv_gib(models.qwen3_bytes(cfg, "float32", None), 32768) == 8
+    assert _cpu_kv_gib({}, 8192) == 4  # no count from the config: vLLM's usual 4 GiB
+
+
 def test_decode_vllm_figures_and_clock_agreement(pytester):
     res, by, doc = _shared(pytester)
     r = by["t-decode-agrees"]

@@ -214,6 +214,9 @@ def test_synthesis_probe(voxcpm_session):
     # samples: one slope per round; each round's 2 repetitions are kept in info
     assert len(p["samples"]["slope"]) == info["rounds"] >= 3 and all(len(t) == 2 for t in info["times_s"])
     assert all(len(rep["slope"]) == 2 for rep in info["repetitions"])
+    # every length is warmed up in the first round; a later round of the same engine re-primes once
+    assert log.count("voxcpm: warm-up at 10 patches, 4 diffusion steps") == 1
+    assert log.count("voxcpm: warm-up at 2 patches, 4 diffusion steps (re-prime)") == info["rounds"] - 1
     assert info["dummy"] is True and info["engine"] == "voxcpm" and info["params"] > 1e6
     assert info["torchaudio"] == "real" or info["torchaudio"].startswith("stub")
     assert info["versions"]["voxcpm"]
