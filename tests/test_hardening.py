@@ -377,3 +377,44 @@ def test_a_gguf_that_cannot_import_makes_its_engine_unmeasured_with_the_cause(tm
     with pytest.raises(Unmeasured, match="gguf package could not be imported: RuntimeError: .*pycountry"):
         import_gguf()
     monkeypatch.delitem(sys.modules, "gguf", raising=False)
+
+
+NESTED_PROBES = textwrap.dedent('''
+    from pytest_voiceperf.probes import Measurement, probe
+
+    @probe("t.varied", outputs={"value": ""}, engine="selftest")
+    def varied(ctx, model: str = "a"):
+        r = ctx.call("selftest", {"model": model}, "echo", value=1.0 + 0.01 * ctx.attempt)
+        return Measurement({"value": r["value"]}, {"value": [r["value"], r["value"] * 1.01]})
+
+    @probe("t.fit", outputs={"value": ""}, engine="selftest")
+    def fit(ctx, models: str = "a,b,c"):
+        vals = [ctx.probe("t.varied", model=m).values["value"] for m in models.split(",")]
+        return Measurement({"value": sum(vals)}, {"value": [sum(vals)]})
+
+    def pytest_voiceperf_add_probes(registry):
+        registry.add(varied.voiceperf_probe)
+        registry.add(fit.voiceperf_probe)
+''')
+
+
+def test_a_probe_over_several_engines_starts_each_once(pytester):
+    """A fit over three engines (one live at a time) takes each engine's rounds while it is live:
+    three starts, not three per round."""
+    pytester.makeconftest(NESTED_PROBES)
+    pytester.mkdir("claims")
+    (pytester.path / "claims/f.yaml").write_text(textwrap.dedent("""\
+        id: fit
+        title: t
+        statement: t
+        measure:
+          f: {probe: t.fit, models: "a,b,c"}
+        metric: f.value
+        expect: {min: 0.5}
+        """))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "out.json", "--voiceperf-rounds", "3:3")
+    res.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "out.json").read_text())
+    assert [e["spec"]["model"] for e in doc["provenance"]["engines"]] == ["a", "b", "c"]
+    r = doc["results"][0]
+    assert r["rounds"] == 3 and len(set(r["round_values"])) == 3  # still one figure per round
