@@ -482,8 +482,7 @@ class VoiceperfSession:
                 spent = time.monotonic() - started
                 if n >= n_max or spent > budget or time.monotonic() + spent / n > deadline:
                     break
-                floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
-                hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, floor)
+                hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, self._floor(claim))
                 if hopeless is not None:
                     futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
                                 f"would still give {_fmt_ci(hopeless, claim.unit)}")
@@ -538,6 +537,10 @@ class VoiceperfSession:
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
+    def _floor(self, claim) -> float:
+        """The claim's run-to-run floor of a timed figure's interval (relative), else the session's."""
+        return claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
+
     def _exact_metric(self, metric: str, calls) -> bool:
         """True when the metric reads only outputs its probes declare exact (counts of a deterministic
         computation: frames, FLOPs, bytes, calls)."""
@@ -575,7 +578,7 @@ class VoiceperfSession:
         else:
             ci = stats.interval(values) or (value, value)
             method = stats.CI_METHOD
-            floor = claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
+            floor = self._floor(claim)
             if len(set(values)) == 1 and len(set(reps)) <= 1:
                 method = f"exact: the figure did not vary over {len(values)} rounds"
             elif floor:  # an exact ratio of counts has no drift; a timed figure does

@@ -51,8 +51,13 @@ def interval(values: list[float], confidence: float = 0.95) -> tuple[float, floa
     s = statistics.stdev(xs)
     if s == 0:
         return (m, m)
-    h = t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
+    h = _half_width(s, n, confidence)
     return (m - h, m + h)
+
+
+def _half_width(s: float, n: int, confidence: float) -> float:
+    """Half the Student-t ``confidence`` interval of a mean of ``n`` values with standard deviation ``s``."""
+    return t_quantile(0.5 + confidence / 2, n - 1) * s / math.sqrt(n)
 
 
 def with_floor(ci: tuple[float, float], value: float, floor: float) -> tuple[float, float]:
@@ -79,8 +84,8 @@ def futile(values: list[float], lo: float | None, hi: float | None, n_max: int, 
     if n < 2 or n >= n_max:
         return None
     m = statistics.fmean(xs)
-    h = t_quantile(0.5 + confidence / 2, n_max - 1) * statistics.stdev(xs) / math.sqrt(n_max)
-    proj = with_floor((m - h, m + h), m, floor) if floor else (m - h, m + h)
+    h = _half_width(statistics.stdev(xs), n_max, confidence)
+    proj = with_floor((m - h, m + h), m, floor)
     return proj if decide(proj, lo, hi) == "inconclusive" else None
 
 

@@ -128,8 +128,7 @@ class Engine:
         self.dummy = weights is None
         self.optimize = bool(optimize)
         self.text = text
-        self._warmed: set[tuple[int, int]] = set()  # (patches, diffusion steps) shapes run once
-        self._streamed: set[tuple[int, int]] = set()  # the same, streamed
+        self._warmed: set[tuple[bool, int, int]] = set()  # (streamed, patches, diffusion steps) run once
         self.voxcpm_version = getattr(voxcpm, "__version__", None) or _dist_version("voxcpm")
         if device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("device cuda asked for, but torch.cuda.is_available() is False")
@@ -192,16 +191,18 @@ class Engine:
             sizes.append(int(chunk.shape[-1]))
         return arrivals, sizes
 
-    def _warm_up(self, shapes: list[tuple[int, int]]) -> None:
-        """Each (patches, diffusion steps) shape once per engine (with ``optimize`` a new shape compiles);
-        a later call whose shapes were all run before re-primes with its shortest one only (on the
-        CPU a warm-up at every length took 2 s of each 11 s round)."""
-        new = [sh for sh in shapes if sh not in self._warmed]
-        for n, t in new or [min(shapes)]:
-            progress(f"voxcpm: warm-up at {n} patches, {t} diffusion steps" + ("" if new else " (re-prime)"))
+    def _warm_up(self, shapes: list[tuple[int, int]], stream: bool = False) -> None:
+        """Each (patches, diffusion steps) shape once per engine, whole or streamed (with ``optimize`` a
+        new shape compiles); a later call whose shapes were all run before re-primes once, at its
+        shortest shape cut to 4 patches (on the CPU a warm-up at every length took 2 s of each 11 s round)."""
+        new = [sh for sh in shapes if (stream, *sh) not in self._warmed]
+        n0, t0 = min(shapes)
+        for n, t in new or [(min(n0, 4), t0)]:
+            progress(f"voxcpm: {'streaming ' if stream else ''}warm-up at {n} patches, {t} diffusion steps"
+                     + ("" if new else " (re-prime)"))
             with warming():
-                self._whole(n, t)
-            self._warmed.add((n, t))
+                (self._stream if stream else self._whole)(n, t)
+        self._warmed.update((stream, *sh) for sh in new)
 
     def _reset_peak(self):
         if self.device == "cuda":
@@ -254,12 +255,7 @@ class Engine:
 
     def streaming(self, patches: int = 20, timesteps: int = 10, reps: int = 3) -> dict:
         n = int(patches)
-        # the first call streams the whole length untimed; a later one re-primes with 4 patches
-        w = n if (n, int(timesteps)) not in self._streamed else min(n, 4)
-        progress(f"voxcpm: streaming warm-up at {w} patches")
-        with warming():
-            self._stream(w, timesteps)
-        self._streamed.add((n, int(timesteps)))
+        self._warm_up([(n, int(timesteps))], stream=True)
         runs = []
         for _r in range(int(reps)):
             arrivals, sizes = self._stream(n, timesteps)
