@@ -276,12 +276,18 @@ class VoiceperfSession:
             self.measure_round(name, args, ctx, 0)
         return pr.aggregate()
 
+    def _key(self, name: str, args: dict | None) -> str:
+        """A probe call's cache key with the probe's defaults filled in: claims that spell a default
+        out and claims that leave it off share one call (VoxCPM synthesis ran twice over)."""
+        spec = self.registry.get(name)
+        return call_key(name, {**spec.params, **(args or {})} if spec else args)
+
     def probed(self, name: str, args: dict) -> Probed | None:
-        hit = self._cache.get(call_key(name, args))
+        hit = self._cache.get(self._key(name, args))
         return hit if isinstance(hit, Probed) else None
 
     def _probed(self, name: str, args: dict) -> Probed:
-        key = call_key(name, args)
+        key = self._key(name, args)
         hit = self._cache.get(key)
         if isinstance(hit, Unmeasured):
             raise hit
@@ -346,7 +352,7 @@ class VoiceperfSession:
                 m = spec(rctx, **pr.args)
         except Unmeasured as exc:
             if not pr.rounds:  # a probe that cannot run here says so once for the session
-                self._cache[call_key(pr.name, pr.args)] = exc
+                self._cache[self._key(pr.name, pr.args)] = exc
             raise
         except (EngineError, KeyboardInterrupt, SystemExit):
             raise
@@ -372,7 +378,7 @@ class VoiceperfSession:
             self.check_ceilings(pr.name, m, ctx)
         except Unmeasured as exc:  # an impossible figure voids the probe call for the session
             if not pr.rounds:
-                self._cache[call_key(pr.name, pr.args)] = exc
+                self._cache[self._key(pr.name, pr.args)] = exc
             raise
         pr.records.append(rec)
         pr.rounds.append(m)

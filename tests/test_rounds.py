@@ -419,3 +419,16 @@ def test_what_a_dropped_round_made_is_forgotten(tmp_path):
     s.forget_round(2)
     assert s.remembers("calls", "a") and not s.remembers("calls", "b")
     assert s.remember("calls", "b", lambda: "retaken") == "retaken"
+
+
+def test_a_default_spelled_out_or_left_off_is_one_probe_call(pytester):
+    # tts-linear-time spells runtime: pytorch out, tts-voxcpm-step-cost leaves it to the default:
+    # both read one probe call (its rounds were taken twice over)
+    pytester.makeconftest(COUNT_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("spelled", "c.t", "{max: 1.0}", "c: {probe: t.count, frames: 10}"))
+    write(pytester, "b.yaml", claim("left-off", "c.t", "{max: 1.0}", "c: {probe: t.count}"))
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly").assert_outcomes(passed=2)
+    r = results(pytester)
+    calls = [rv["probes"]["c"]["info"]["calls"] for rv in r.values()]
+    assert r["spelled"]["rounds"] == r["left-off"]["rounds"] == 3 and calls == [3, 3]

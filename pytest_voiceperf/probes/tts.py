@@ -125,7 +125,7 @@ def _engine_info(info: dict) -> dict:
     "slope": "s/s", "intercept_s": "s", "r2": "", "step_s": "s", "rtf": "", "audio_s_per_patch": "s",
     "patches_per_audio_s": "1/s", "peak_mem_bytes": "B", "points": "", "max_rel_residual": "",
     "slope_best": "s/s", "intercept_best_s": "s", "r2_best": "", "max_spread": "",
-})
+}, exact=("audio_s_per_patch", "patches_per_audio_s", "points"))
 def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", timesteps: int = 10,
               reps: int = 3, dtype: str = "bfloat16", optimize: bool = False, runtime: str = "pytorch"):
     """Whole-utterance synthesis time at fixed patch counts; time = slope x audio seconds + intercept.
