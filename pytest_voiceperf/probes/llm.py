@@ -21,7 +21,7 @@ case unmeasured: "measurement invalid").
   across several models or precisions.
 
 Defaults that depend on the device (``tokens=0``, ``reps=0``, ``max_batch=0``): decode 128
-tokens x 5 repetitions per round on CUDA, 64 x 2 on the CPU; the batch sweep 128 tokens x 3 repetitions up
+tokens x 5 repetitions per round on CUDA, 64 x 1 on the CPU; the batch sweep 128 tokens x 3 repetitions up
 to 512 concurrent requests on CUDA (the largest captured graph), 16 tokens x 1 up to 64 on the CPU (a few minutes there).
 """
 from __future__ import annotations
@@ -131,9 +131,10 @@ def _key(args: dict) -> str:
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
     cuda = ctx.device == "cuda"
-    # repetitions per round: the verdict's spread comes from rounds, yet a CPU round keeps two (one
-    # made the rounds noisier on the 2-core VM: more rounds, more inconclusive verdicts, no time saved)
-    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 2))
+    # repetitions per round: the verdict's spread comes from rounds. On the 2-core CPU one repetition
+    # of 64 tokens takes 3 s and back-to-back ones agree within 1-2% while rounds differ by 2-15%
+    # (results/cpu/default.json): a second one only doubled the round's cost
+    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 1))
 
 
 def _memo(ctx, key: tuple, fn):
