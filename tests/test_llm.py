@@ -245,6 +245,27 @@ def test_cpu_kv_cache_is_sized_to_one_longest_request():
     assert _cpu_kv_gib({}, 8192) == 4  # no count from the config: vLLM's usual 4 GiB
 
 
+def test_a_later_round_re_primes_a_seen_batch_with_one_request():
+    # the warm-up before a batch shape's first measurement runs the whole batch (kernels for the
+    # shape); a later round's runs one request (64 prompts of a CPU sweep are 2,048 prefill tokens)
+    from pytest_voiceperf.engines.vllm_engine import Engine
+
+    e = object.__new__(Engine)
+    e._decoded, e.vocab, e._next_seed = set(), 1000, lambda: 0
+    runs = []
+
+    def run(prompts, n):
+        runs.append((len(prompts), n))
+        return [dict(n=n, n_first=1, n_engine=n, t_submit=0.0, t_first=0.1, t_last=1.0, scheduled_ts=0.0,
+                     first_ts=0.1, last_ts=1.0, preemptions=0) for _ in prompts]
+
+    e._run = run
+    e.decode(tokens=16, reps=1, batch=8)
+    e.decode(tokens=16, reps=1, batch=8)
+    e.decode(tokens=16, reps=1, batch=4)
+    assert runs == [(8, 4), (8, 16), (1, 4), (8, 16), (4, 4), (4, 16)]
+
+
 def test_decode_vllm_figures_and_clock_agreement(pytester):
     res, by, doc = _shared(pytester)
     r = by["t-decode-agrees"]
