@@ -337,3 +337,17 @@ def test_port_streams_the_same_model_and_samples(vp):
             assert port["values"]["threads"] == nemo["values"]["threads"] == 1
             assert port["info"]["gguf"]["quant"] == q and port["values"]["rtf"] > 0
             assert (port["info"]["gguf"]["quantized"] > 0) == (q == "q8_0")
+
+
+def test_cases_of_one_nemo_engine_run_together(pytester):
+    # the cuda profile's bfloat16 streams-per-GPU cases sat between float32 ones: on the H200 the
+    # float32 engine started again after them (results/h200/rest-profile/)
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "claims" / "asr"
+    res = pytester.runpytest("--voiceperf", "--voiceperf-claims", str(root), "--voiceperf-profile", "cuda",
+                             "--collect-only", "-q")
+    ids = [line.split("::")[-1] for line in res.outlines if "::" in line]
+    bf16 = [i for i, n in enumerate(ids) if n.startswith("asr-streams-per-gpu")]
+    fp32 = [i for i, n in enumerate(ids) if n.startswith(("asr-cache-aware", "asr-chunk-table", "asr-frame-80ms"))]
+    assert bf16 and fp32 and (max(bf16) < min(fp32) or min(bf16) > max(fp32))

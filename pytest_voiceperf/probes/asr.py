@@ -42,6 +42,14 @@ def _int(value, what: str) -> int | None:
         raise Unmeasured(f"{what} must be a number, got {value!r}") from None
 
 
+def _nemo_key(args: dict) -> str:
+    """One NeMo engine per model and dtype: cases sort by it, so the bfloat16 streams-per-GPU cases
+    no longer sit between float32 ones (on the H200 the float32 engine started again after them)."""
+    dtype = str(args.get("dtype") or "float32")
+    dtype = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(dtype, dtype)
+    return f"{args.get('model') or DEFAULT_MODEL}:{dtype}"
+
+
 def _spec(ctx, model: str, dtype: str = "float32") -> tuple[dict, dict]:
     m = ctx.model(model)
     if m["family"] not in (None, "asr"):
@@ -149,7 +157,7 @@ def resolve_audio(ctx, audio: str = "") -> dict:
 
 
 # -- probes ------------------------------------------------------------------------------------
-@probe("asr.streaming_config", engine="nemo", outputs={
+@probe("asr.streaming_config", engine="nemo", engine_key=_nemo_key, outputs={
     "chunk_ms": "ms", "frame_ms": "ms", "left_context_s": "s", "left_context_ms": "ms",
     "left_context_frames": "frames", "right_context_frames": "frames", "chunk_frames": "frames",
     "chunk_mel_frames": "frames", "first_chunk_mel_frames": "frames", "shift_mel_frames": "frames",
@@ -177,7 +185,7 @@ def streaming_config(ctx, right_context: int = 0, model: str = DEFAULT_MODEL):
     return Measurement(values, info=info)
 
 
-@probe("asr.stream", engine="nemo", outputs={
+@probe("asr.stream", engine="nemo", engine_key=_nemo_key, outputs={
     "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "frames_stream": "frames",
     "frames_offline": "frames", "steps": "", "chunk_ms": "ms", "audio_s": "s",
     "flops_per_frame_stream": "FLOP", "flops_per_frame_offline": "FLOP", "flop_ratio_vs_offline": "x",
@@ -286,7 +294,7 @@ def port_agreement(ctx, chunk_ms: int = 0, right_context: int | None = None, mod
                                                                    "punctuation removed, spaces collapsed"})
 
 
-@probe("asr.buffered", engine="nemo", outputs={
+@probe("asr.buffered", engine="nemo", engine_key=_nemo_key, outputs={
     "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "flops_per_frame": "FLOP",
     "flops_per_frame_steady": "FLOP", "flop_ratio_vs_offline": "x", "window_s": "s", "steps": "",
     "chunk_ms": "ms"}, exact=("flops_per_frame", "flops_per_frame_steady", "flop_ratio_vs_offline", "window_s",
@@ -311,7 +319,7 @@ def buffered(ctx, chunk_ms: int = 0, right_context: int | None = None, model: st
     return Measurement({k: float(v) for k, v in values.items()}, samples=samples, info=info)
 
 
-@probe("asr.streams", engine="nemo", outputs={"streams": "streams", "step_s": "s", "chunk_ms": "ms"})
+@probe("asr.streams", engine="nemo", engine_key=_nemo_key, outputs={"streams": "streams", "step_s": "s", "chunk_ms": "ms"})
 def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
             dtype: str = "bfloat16", audio: str = "", max_streams: int = 8192):
     """(CUDA) The largest number of concurrent streams whose median step stays within the chunk duration
@@ -333,7 +341,7 @@ def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str
                         "chunk_ms": float(r["chunk_ms"])}, info=info)
 
 
-@probe("asr.cer", engine="nemo", outputs={
+@probe("asr.cer", engine="nemo", engine_key=_nemo_key, outputs={
     "cer": "fraction", "corpus_cer": "fraction", "empty": "utterances", "n": "utterances",
     "languages": "", "languages_usable": "", "chunk_ms": "ms"})
 def cer(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
