@@ -199,3 +199,15 @@ def test_kept_results_files_load_in_compare_report_and_merge(path, tmp_path):
     assert len(merged.results) == len({r.nodeid for r in doc.results})
     out = html_report.write_report(str(ROOT / path), str(tmp_path / "report"))
     assert Path(out["html"]).exists() and Path(out["markdown"]).exists()
+
+
+def test_every_real_time_factor_is_lower_is_better_for_the_gate():
+    # the ASR probes declared their RTF in "x" (a speed-up's unit, higher is better): a slower
+    # streaming pass was reported "improved" (results/cpu: buffered RTF 0.80 -> 1.22)
+    from pytest_voiceperf.gate import direction_of_unit
+    from pytest_voiceperf.probes import load_registry
+
+    reg = load_registry()
+    rtf = {(n, o): u for n in reg.names() for o, u in reg.get(n).outputs.items() if "rtf" in o}
+    assert rtf and not [k for k, u in rtf.items() if direction_of_unit(u) is True]
+    assert direction_of_unit(reg.get("asr.stream").outputs["rtf"]) is False

@@ -186,10 +186,10 @@ def streaming_config(ctx, right_context: int = 0, model: str = DEFAULT_MODEL):
 
 
 @probe("asr.stream", engine="nemo", engine_key=_nemo_key, outputs={
-    "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "frames_stream": "frames",
+    "rtf": "RTF", "latency_median_s": "s", "latency_p95_s": "s", "frames_stream": "frames",
     "frames_offline": "frames", "steps": "", "chunk_ms": "ms", "audio_s": "s",
     "flops_per_frame_stream": "FLOP", "flops_per_frame_offline": "FLOP", "flop_ratio_vs_offline": "x",
-    "offline_rtf": "x", "rel_diff_vs_offline": "", "frames_differing_vs_offline": "frames", "threads": ""},
+    "offline_rtf": "RTF", "rel_diff_vs_offline": "", "frames_differing_vs_offline": "frames", "threads": ""},
     exact=("frames_stream", "frames_offline", "steps", "chunk_ms", "audio_s", "flops_per_frame_stream",
            "flops_per_frame_offline", "flop_ratio_vs_offline", "threads"))
 def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
@@ -249,7 +249,7 @@ def _port(ctx, chunk_ms, right_context, model: str, quant: str, audio: str):
 
 
 @probe("asr.port", engine="parakeet", outputs={
-    "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "audio_s": "s", "feeds": "", "threads": "",
+    "rtf": "RTF", "latency_median_s": "s", "latency_p95_s": "s", "audio_s": "s", "feeds": "", "threads": "",
     "gguf_bytes": "B"}, exact=("audio_s", "feeds", "threads", "gguf_bytes"))
 def port(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
          threads: int = 1, quant: str = "q8_0", audio: str = "", reps: int = 0):
@@ -295,7 +295,7 @@ def port_agreement(ctx, chunk_ms: int = 0, right_context: int | None = None, mod
 
 
 @probe("asr.buffered", engine="nemo", engine_key=_nemo_key, outputs={
-    "rtf": "x", "latency_median_s": "s", "latency_p95_s": "s", "flops_per_frame": "FLOP",
+    "rtf": "RTF", "latency_median_s": "s", "latency_p95_s": "s", "flops_per_frame": "FLOP",
     "flops_per_frame_steady": "FLOP", "flop_ratio_vs_offline": "x", "window_s": "s", "steps": "",
     "chunk_ms": "ms"}, exact=("flops_per_frame", "flops_per_frame_steady", "flop_ratio_vs_offline", "window_s",
                               "steps", "chunk_ms"))
