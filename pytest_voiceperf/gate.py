@@ -12,7 +12,9 @@ mean log figure at one-sided level alpha / m, m = the figures the baseline offer
 - **inconclusive**: the interval straddles the tolerance (more rounds would decide);
 - **improved**: reported, never failed;
 - **untestable**: fewer than 3 rounds on a side (a file from before rounds has one), or a side
-  was measured on a disturbed machine (``untestable: disturbed``).
+  was measured on a disturbed machine (``untestable: disturbed``), or a ceiling the case's
+  probes were checked against (bf16 matmul, read bandwidth: measured in each session) moved beyond
+  the tolerance between the two runs (``untestable: machine changed``; counts are still compared).
 
 Compared by default: the claim's metric (when its direction is known) and each probe's primary
 figure (its first declared output with a direction: rates up, times down), each probe call once
@@ -107,6 +109,28 @@ def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
     return out
 
 
+def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> str:
+    """Why a case's timed figures cannot be compared between the two runs, or '': a ceiling its probes
+    were checked against (the same hardware probe, measured in each session) moved beyond the
+    tolerance between the runs. The machine was faster or slower, which no code change of the engine
+    explains (2-core VM, two days: bf16 matmul 886 and 796 GFLOP/s, and every engine 12-24% slower
+    with it, llama.cpp's untouched decode included). The ceiling's own claim (hw-*) still compares it."""
+    out = []
+    for alias, p in new.probes.items():
+        q = old.probes.get(alias)
+        if q is None:
+            continue
+        for key, c in (p.info.get("ceilings") or {}).items():
+            d = (q.info.get("ceilings") or {}).get(key)
+            if not d or not d.get("ceiling") or not c.get("ceiling"):
+                continue
+            ch = c["ceiling"] / d["ceiling"] - 1.0
+            if abs(ch) > tolerance:
+                out.append(f"its {c.get('label') or key} was {d['ceiling']:.4g} in the baseline and "
+                           f"{c['ceiling']:.4g} in this run ({ch * 100:+.1f}%)")
+    return "; ".join(dict.fromkeys(out))
+
+
 def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance: float, alpha: float,
                    n_figures: int = 1, all_figures: bool = False, seen: set | None = None,
                    drift_old: dict | None = None, drift_new: dict | None = None) -> list[Comparison]:
@@ -133,6 +157,11 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
         if drift:
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
+            continue
+        changed = "" if exact_new and of[5] else machine_changed(old, new, tol)
+        if changed:
+            out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
+                                  "the machine changed between the runs: " + changed))
             continue
         if exact_new and of[5]:  # counts: any change beyond the tolerance is real, no rounds needed
             ch = _rel(of[3], v_new)
@@ -260,13 +289,15 @@ class Gate:
         c: dict[str, int] = {}
         for _, comps in self.seen:
             for x in comps:
-                k = "untestable: disturbed" if x.note.startswith("disturbed") else x.verdict
+                k = ("untestable: disturbed" if x.note.startswith("disturbed") else
+                     "untestable: machine changed" if x.note.startswith("the machine changed") else x.verdict)
                 c[k] = c.get(k, 0) + 1
         return c
 
     def summary_line(self) -> str:
         c = self.counts()
-        order = ("regressed", "improved", "unchanged", "inconclusive", "untestable", "untestable: disturbed")
+        order = ("regressed", "improved", "unchanged", "inconclusive", "untestable", "untestable: disturbed",
+                 "untestable: machine changed")
         parts = ", ".join(f"{c.get(k, 0)} {k}" for k in order if c.get(k) or k in ("regressed", "improved"))
         return (f"{parts} ({sum(c.values())} figures; tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g} "
                 f"over {self.n_figures} figures: Welch interval of the change between rounds)")

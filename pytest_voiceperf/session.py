@@ -396,7 +396,8 @@ class VoiceperfSession:
             except Unmeasured as exc:
                 m.info.setdefault("ceiling_unchecked", {})[key] = str(exc)
                 continue
-            m.info.setdefault("ceilings", {})[key] = {"implied": implied, "ceiling": ceil, "ratio": implied / ceil}
+            m.info.setdefault("ceilings", {})[key] = {"implied": implied, "ceiling": ceil, "ratio": implied / ceil,
+                                                      "label": label}
             if implied > ceil * (1 + self.options.ceiling_slack):
                 unit = _ceiling_unit(key)
                 raise InvalidMeasurement(

@@ -318,6 +318,25 @@ def test_gate_does_not_compare_figures_of_a_ceiling_that_drifted_during_the_run(
     assert [c.verdict for c in g.check(new)] == ["regressed", "regressed"]
 
 
+def test_gate_does_not_compare_figures_when_their_ceiling_differs_between_the_runs():
+    # two days on the 2-core VM: bf16 matmul 886 and 796 GFLOP/s, every engine slower with it
+    def run(rounds, ceiling):
+        r = _result("a", rounds)
+        r["probes"]["m"]["info"] = {"ceilings": {"matmul_flops:bfloat16": {
+            "implied": 2.5e11, "ceiling": ceiling, "ratio": 2.5e11 / ceiling, "label": "measured bfloat16 matmul peak"}}}
+        return r
+
+    old, slow = run([100.0, 101.0, 99.0], 8.86e11), [80.0, 80.5, 79.5]
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05)
+    comps = g.check(run(slow, 7.96e11))
+    assert comps and {c.verdict for c in comps} == {"untestable"}
+    assert comps[0].note == ("the machine changed between the runs: its measured bfloat16 matmul peak was "
+                             "8.86e+11 in the baseline and 7.96e+11 in this run (-10.2%)")
+    assert g.counts() == {"untestable: machine changed": 2}
+    g = Gate("base.json", {"results": [old]}, tolerance=0.05, alpha=0.05)
+    assert [c.verdict for c in g.check(run(slow, 8.70e11))] == ["regressed", "regressed"]  # -1.8%: compared
+
+
 # -- exact metrics: counts take one round --------------------------------------------------
 COUNT_PROBE = '''
 import random
