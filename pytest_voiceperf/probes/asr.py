@@ -205,8 +205,8 @@ def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str 
     rc, _ = _right_context(ctx, spec, chunk_ms, right_context)
     au = resolve_audio(ctx, audio)
     # timed passes per round (the verdict's spread comes from rounds): 3 on a GPU, 1 on the CPU, where
-    # a pass takes 3-9 s and two back to back agreed within 4% (results/cpu/default.json); the 560 ms
-    # RTF near its bound is inconclusive either way, and the futility stop ends it after 3 rounds
+    # a pass takes 3-9 s and two back to back differed by 1-4% (results/cpu/timing/); the 560 ms RTF
+    # near its bound is inconclusive either way, and the futility stop ends it after 3 rounds
     reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
     r = ctx.call("nemo", spec, "stream", right_context=rc, audio=au["path"], threads=_int(threads, "threads") or 0,
                  reps=reps)

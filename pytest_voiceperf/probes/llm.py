@@ -132,8 +132,8 @@ def _key(args: dict) -> str:
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
     cuda = ctx.device == "cuda"
     # repetitions per round: the verdict's spread comes from rounds. On the 2-core CPU one repetition
-    # of 64 tokens takes 3 s and back-to-back ones agree within 1-2% while rounds differ by 2-15%
-    # (results/cpu/default.json): a second one only doubled the round's cost
+    # of 64 tokens takes 3 s; two back to back differed by 2-17% and the rounds of the same runs by
+    # as much (results/cpu/timing/): a second one averages only the noise inside a round, at twice the cost
     return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 1))
 
 
