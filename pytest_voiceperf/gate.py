@@ -89,7 +89,7 @@ def figures(result: ResultRecord | dict, all_figures: bool = False) -> list[Figu
         if not all_figures:
             names = names[:1]
         for name in names:
-            key = f"{call_key(p.probe, p.args)}.{name}"
+            key = f"{_call(p)}.{name}"
             exact = rounds_ok and not p.samples.get(name)  # a probe without samples is deterministic
             out.append((f"{alias}.{name} [{p.units[name]}]", key, list(p.samples.get(name) or []) if rounds_ok else [],
                         p.values.get(name), bool(direction_of_unit(p.units[name])), exact))
@@ -104,7 +104,7 @@ def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
     for c in (provenance or {}).get("ceilings_end") or []:
         ch = c.get("change")
         if ch is not None and abs(ch) > tolerance:
-            key = call_key(c["probe"], c.get("args"))
+            key = c.get("call") or call_key(c["probe"], c.get("args"))
             out[key] = f"{c['probe']} {c.get('args') or ''} moved {ch * 100:+.1f}% when measured again at the end of the run"
     return out
 
@@ -139,6 +139,7 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
     tol = float(new.tolerance) if new.tolerance is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = new.is_disturbed or old.is_disturbed
+    changed = machine_changed(old, new, tol)  # the same for every timed figure of the case
     for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):
         of = old_figs.get(name)
         if of is None or of[3] is None or v_new is None:
@@ -158,8 +159,7 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
             continue
-        changed = "" if exact_new and of[5] else machine_changed(old, new, tol)
-        if changed:
+        if changed and not (exact_new and of[5]):
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "the machine changed between the runs: " + changed))
             continue
@@ -195,8 +195,14 @@ def _unsteady(r: ResultRecord) -> str:
     return ""
 
 
+def _call(p) -> str:
+    """A probe call's identity as the session keyed it (defaults filled in); files from before it was
+    recorded: the arguments as written."""
+    return p.call or call_key(p.probe, p.args)
+
+
 def _probe_keys(r: ResultRecord) -> list[str]:
-    return [call_key(p.probe, p.args) for p in r.probes.values()]
+    return [_call(p) for p in r.probes.values()]
 
 
 def _rel(old: float, new: float) -> float:

@@ -24,6 +24,8 @@ class ProbeRecord(BaseModel):
 
     probe: str = Field("", description="the probe's name, e.g. llm.decode")
     args: dict[str, Any] = Field(default_factory=dict, description="the arguments it was called with")
+    call: str = Field("", description="the call's identity: name and arguments with the probe's defaults filled "
+                                      "in (claims with the same call share its rounds; empty in older files)")
     values: dict[str, Any] = Field(default_factory=dict, description="output -> median of the round figures")
     samples: dict[str, list[Any]] = Field(default_factory=dict, description="output -> the round figures")
     info: dict[str, Any] = Field(default_factory=dict, description="what the probe reports beside its figures")

@@ -538,7 +538,8 @@ class VoiceperfSession:
             if not pr.rounds:
                 continue
             m = pr.aggregate()
-            result.probes[call.alias] = {"probe": call.probe, "args": call.args, "values": m.values,
+            result.probes[call.alias] = {"probe": call.probe, "args": call.args,
+                                         "call": self._key(call.probe, call.args), "values": m.values,
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {}}
             if spec is not None and spec.engine:
@@ -655,11 +656,13 @@ class VoiceperfSession:
                 with self.timing.phase(timing.CEILINGS_END):
                     m = spec(ProbeContext(self, time.monotonic() + 120, round=None, attempt=10_000), **pr.args)
             except Exception as exc:  # the end check must never lose the run's results
-                self.ceilings_end.append({"probe": pr.name, "args": pr.args, "error": str(exc)[:200]})
+                self.ceilings_end.append({"probe": pr.name, "args": pr.args, "call": self._key(pr.name, pr.args),
+                                          "error": str(exc)[:200]})
                 continue
             med = pr.aggregate().values[out]
             change = m.values[out] / med - 1 if med else None
-            self.ceilings_end.append({"probe": pr.name, "args": pr.args, "output": out, "session": med,
+            self.ceilings_end.append({"probe": pr.name, "args": pr.args, "call": self._key(pr.name, pr.args),
+                                      "output": out, "session": med,
                                       "end": m.values[out], "change": change,
                                       "drifted": change is not None and abs(change) > 0.05})
 

@@ -251,7 +251,7 @@ def test_a_later_round_re_primes_a_seen_batch_with_one_request():
     from pytest_voiceperf.engines.vllm_engine import Engine
 
     e = object.__new__(Engine)
-    e._decoded, e.vocab, e._next_seed = set(), 1000, lambda: 0
+    e._shapes, e.vocab, e._next_seed = set(), 1000, lambda: 0
     runs = []
 
     def run(prompts, n):

@@ -106,6 +106,22 @@ def test_gate_compares_a_shared_probe_once():
     assert figs.count("m.rate [tok/s]") == 1 and figs.count("metric") == 2
 
 
+def test_gate_compares_one_call_once_whatever_its_arguments_spelling():
+    # a claim that spells a default out and one that leaves it off share one probe call in the
+    # session, which records its identity ("call"); the gate counts and compares it once
+    def res(nodeid, rounds, args):
+        r = _result(nodeid, rounds)
+        r["probes"]["m"].update(args=args, call='t.const{"x": 1, "y": 0}')
+        return r
+
+    base = {"results": [res("a", [100.0] * 3, {"x": 1}), res("b", [100.0] * 3, {"x": 1, "y": 0})]}
+    g = Gate("base.json", base, tolerance=0.05, alpha=0.05)
+    assert g.n_figures == 3
+    g.check(res("a", [60.0] * 3, {"x": 1}))
+    g.check(res("b", [60.0] * 3, {"x": 1, "y": 0}))
+    assert [c.figure for _, comps in g.seen for c in comps].count("m.rate [tok/s]") == 1
+
+
 # -- as a user runs it -----------------------------------------------------------------------
 def test_interval_verdicts_pass_fail_and_inconclusive_after_the_budget(vp):
     write(vp, "p.yaml", claim("c-pass", expect="{min: 0.5}", measure="m: {probe: t.const, x: 1.0, jitter: 0.02}"))

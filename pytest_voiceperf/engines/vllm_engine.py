@@ -127,8 +127,7 @@ class Engine:
         self.start_s = time.perf_counter() - t0
         self.version = vllm.__version__
         self._seed = 1000 + seed
-        self._prefilled: set[tuple[int, bool]] = set()  # (prompt_len, repeated) measured so far
-        self._decoded: set[tuple[int, int]] = set()  # (batch, prompt_len) measured so far
+        self._shapes: set[tuple] = set()  # ("decode", batch, prompt_len) / ("prefill", prompt_len, repeated) run so far
         self.counts = counts
         hf = getattr(getattr(self.llm.llm_engine, "model_config", None), "hf_config", None)
         self.model_type = getattr(hf, "model_type", None) or (cfg or {}).get("model_type")
@@ -229,6 +228,13 @@ class Engine:
             res.append(r)
         return res
 
+    def _seen(self, *shape) -> bool:
+        """Whether an earlier call ran this shape (its kernels and graphs exist): later rounds re-prime
+        cheaply instead of warming up at full size. Marks it run."""
+        seen = shape in self._shapes
+        self._shapes.add(shape)
+        return seen
+
     @staticmethod
     def _rates(r: dict) -> tuple[float, float]:
         """(engine tok/s, caller tok/s) over the decode phase: first token to last token."""
@@ -244,8 +250,7 @@ class Engine:
         # a batch shape seen before (an earlier round) has its kernels and graphs: a later round
         # re-primes with one request instead of the whole batch (64 prompts of a CPU sweep's warm-up
         # are 2,048 prefill tokens, about 6 s there)
-        seen = (batch, prompt_len) in self._decoded
-        self._decoded.add((batch, prompt_len))
+        seen = self._seen("decode", batch, prompt_len)
         with warming():
             for _ in range(int(warmup)):
                 # same batch and prompt shapes as the measured runs (kernels for new shapes are built here)
@@ -284,8 +289,7 @@ class Engine:
         same = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
         # a prompt length seen before (an earlier round) has its kernels built: a later round
         # re-primes with a short prompt instead of a full prefill (seconds per round on the CPU)
-        seen = (prompt_len, bool(repeat_prompt)) in self._prefilled
-        self._prefilled.add((prompt_len, bool(repeat_prompt)))
+        seen = self._seen("prefill", prompt_len, bool(repeat_prompt))
         with warming():
             for _ in range(int(warmup)):
                 if seen and not repeat_prompt:

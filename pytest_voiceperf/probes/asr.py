@@ -42,12 +42,15 @@ def _int(value, what: str) -> int | None:
         raise Unmeasured(f"{what} must be a number, got {value!r}") from None
 
 
+def _dtype(dtype) -> str:
+    """The torch dtype name a claim's ``dtype`` spells (bf16, fp32 and fp16 accepted)."""
+    return {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(str(dtype), str(dtype))
+
+
 def _nemo_key(args: dict) -> str:
     """One NeMo engine per model and dtype: cases sort by it, so the bfloat16 streams-per-GPU cases
     no longer sit between float32 ones (on the H200 the float32 engine started again after them)."""
-    dtype = str(args.get("dtype") or "float32")
-    dtype = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(dtype, dtype)
-    return f"{args.get('model') or DEFAULT_MODEL}:{dtype}"
+    return f"{args.get('model') or DEFAULT_MODEL}:{_dtype(args.get('dtype') or 'float32')}"
 
 
 def _spec(ctx, model: str, dtype: str = "float32") -> tuple[dict, dict]:
@@ -56,7 +59,7 @@ def _spec(ctx, model: str, dtype: str = "float32") -> tuple[dict, dict]:
         raise Unmeasured(f"model {model!r} is a {m['family']} model, not an ASR model")
     if m["config"] is None and m["weights"] is None:
         raise Unmeasured(f"model {model!r} has neither a shape in the catalog nor weights")
-    dtype = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}.get(str(dtype), str(dtype))
+    dtype = _dtype(dtype)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise Unmeasured(f"dtype {dtype!r} is not float32, bfloat16 or float16")
     return {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device,
