@@ -29,6 +29,7 @@ def build(session: Any) -> dict:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        "cpu_isa": _static(session, "cpu_isa", cpu_isa),
         "device": session.device,
         "device_name": session.device_name,
         "profile": session.profile,
@@ -90,6 +91,25 @@ def environment(device: str) -> dict:
 
         env["gpu"] = gpu_state()
     return env
+
+
+# vector extensions that decide CPU engine speed: one "AMD EPYC" VM host had AVX-512 (bfloat16 GEMM),
+# another only AVX2, where torch's bfloat16 matmul ran at 0.83 GFLOP/s and the CPU default took twice as long
+ISA_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+             "amx_bf16", "amx_int8")
+
+
+def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
+    """The host CPU's vector extensions that engines use (Linux /proc/cpuinfo flags; None elsewhere)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [x for x in ISA_FLAGS if x in have]
+    except OSError:
+        pass
+    return None
 
 
 def machine_id(device: str, device_name: str) -> str:

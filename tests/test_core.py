@@ -128,6 +128,18 @@ def test_figure_above_measured_ceiling_is_invalid_not_a_pass(vp):
     assert "measurement invalid" in r["reason"] and "measured read bandwidth" in r["reason"]
 
 
+def test_a_cpu_half_precision_figure_is_bounded_by_the_float32_peak_too():
+    # an AVX2 CPU has no bfloat16 GEMM (torch's: 0.83 GFLOP/s) and vLLM widens to float32 (4.8 GFLOP/s):
+    # the bfloat16 matmul alone called that a broken measurement
+    from pytest_voiceperf.session import ceiling_for
+
+    cpu = ceiling_for("matmul_flops:bfloat16", "cpu")
+    assert [c[1] for c in cpu] == [{"dtype": "bfloat16"}, {"dtype": "float32"}]
+    assert [c[1] for c in ceiling_for("matmul_flops:bfloat16", "cuda")] == [{"dtype": "bfloat16"}]
+    assert [c[1] for c in ceiling_for("matmul_flops:float32", "cpu")] == [{"dtype": "float32"}]
+    assert ceiling_for("read_bw", "cpu")[0][0] == "hw.read_bandwidth"
+
+
 def test_profile_deselects_cases(vp):
     write(vp, "p.yaml", claim("c-p", metric="m.x", extra="params:\n  size: [small, big]\n"
                                                           "profiles:\n  cpu: \"size == 'small'\"\n"))

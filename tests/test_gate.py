@@ -84,6 +84,30 @@ def test_comparison_across_hardware_or_weights_is_refused(vp):
         (saved(vp)[0]).read_text())["provenance"]["device_name"], models={"qwen3-tiny": {"dummy": True}}))
 
 
+def test_comparison_across_cpus_of_other_vector_extensions_is_refused(vp):
+    # one VM's "AMD EPYC" had AVX-512 on one host and only AVX2 on another: the CPU default took twice
+    # as long there, so a baseline from the other host is a different setup, not a regression
+    set_claims(vp, 1.0)
+    vp.runpytest("--voiceperf", "--voiceperf-save", "base")
+    assert isinstance(json.loads(saved(vp)[0].read_text())["provenance"]["cpu_isa"], list)
+    _edit_saved(vp, lambda prov: prov.update(cpu_isa=["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"]))
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*different setup*cpu_isa: avx2 fma avx512f avx512_bf16 amx_tile vs *"])
+    # a baseline written before the field existed is compared as before
+    _edit_saved(vp, lambda prov: prov.pop("cpu_isa"))
+    vp.runpytest("--voiceperf", "--voiceperf-baseline", "base").assert_outcomes(passed=2)
+
+
+def test_cpu_vector_extensions_are_read_from_cpuinfo(tmp_path):
+    from pytest_voiceperf.provenance import cpu_isa
+
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2 avx512f avx512_bf16 sha_ni\n")
+    assert cpu_isa(str(f)) == ["avx2", "fma", "avx512f", "avx512_bf16"]
+    assert cpu_isa(str(tmp_path / "absent")) is None
+
+
 def test_dummy_vs_real_weights_refused(vp):
     set_claims(vp, 1.0)
     vp.runpytest("--voiceperf", "--voiceperf-save", "base")

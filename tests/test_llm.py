@@ -233,6 +233,33 @@ def test_a_model_from_a_config_json_of_another_architecture(pytester):
     assert doc["provenance"]["models"]["models/tiny-llama"]["model_type"] == "llama"
 
 
+def test_half_precision_of_a_large_model_is_refused_on_a_cpu_that_emulates_it(monkeypatch):
+    # AVX2 only: vLLM ran qwen3-0.6b in bfloat16 at ~5 GFLOP/s, a 1,024-token prefill took minutes
+    from types import SimpleNamespace
+
+    from pytest_voiceperf import provenance
+    from pytest_voiceperf.probes import Unmeasured
+    from pytest_voiceperf.probes.llm import _emulated_half_check
+
+    monkeypatch.delenv("VOICEPERF_EMULATED_HALF", raising=False)
+    cpu = SimpleNamespace(device="cpu")
+    big = {"name": "qwen3-0.6b", "config": models.get("qwen3-0.6b").config}
+    tiny = {"name": TINY, "config": models.get(TINY).config}
+    monkeypatch.setattr(provenance, "cpu_isa", lambda: ["avx2", "fma"])
+    with pytest.raises(Unmeasured, match=r"bfloat16 is emulated on this CPU \(vector extensions: avx2 fma; .*"
+                                         r"VOICEPERF_EMULATED_HALF=1"):
+        _emulated_half_check(cpu, big, "bfloat16")
+    _emulated_half_check(cpu, big, "float32")  # float32 runs
+    _emulated_half_check(cpu, tiny, "bfloat16")  # a tiny model takes seconds even emulated
+    _emulated_half_check(SimpleNamespace(device="cuda"), big, "bfloat16")
+    monkeypatch.setenv("VOICEPERF_EMULATED_HALF", "1")
+    _emulated_half_check(cpu, big, "bfloat16")  # asked for anyway
+    monkeypatch.delenv("VOICEPERF_EMULATED_HALF")
+    for isa in (["avx2", "fma", "avx512f"], ["avx2", "amx_bf16"], None):  # AVX-512 or AMX; not x86
+        monkeypatch.setattr(provenance, "cpu_isa", lambda isa=isa: isa)
+        _emulated_half_check(cpu, big, "bfloat16")
+
+
 @needs_vllm
 def test_cpu_kv_cache_is_sized_to_one_longest_request():
     from pytest_voiceperf.engines.vllm_engine import _cpu_kv_gib
@@ -245,9 +272,11 @@ def test_cpu_kv_cache_is_sized_to_one_longest_request():
     assert _cpu_kv_gib({}, 8192) == 4  # no count from the config: vLLM's usual 4 GiB
 
 
-def test_a_later_round_re_primes_a_seen_batch_with_one_request():
-    # the warm-up before a batch shape's first measurement runs the whole batch (kernels for the
-    # shape); a later round's runs one request (64 prompts of a CPU sweep are 2,048 prefill tokens)
+def test_a_decode_warm_up_runs_the_batch_with_short_prompts_and_a_later_round_one_request():
+    # the warm-up before a batch shape's first measurement runs the whole batch (kernels for a decode
+    # step at that batch) with 4-token prompts: the measured run's own prefill is not timed, and
+    # full prompts made the warm-up a second prefill (16 x 32 tokens: 56 s on an AVX2 CPU in bfloat16);
+    # a later round's warm-up runs one request
     from pytest_voiceperf.engines.vllm_engine import Engine
 
     e = object.__new__(Engine)
@@ -255,15 +284,15 @@ def test_a_later_round_re_primes_a_seen_batch_with_one_request():
     runs = []
 
     def run(prompts, n):
-        runs.append((len(prompts), n))
+        runs.append((len(prompts), {len(p) for p in prompts}, n))
         return [dict(n=n, n_first=1, n_engine=n, t_submit=0.0, t_first=0.1, t_last=1.0, scheduled_ts=0.0,
                      first_ts=0.1, last_ts=1.0, preemptions=0) for _ in prompts]
 
     e._run = run
     e.decode(tokens=16, reps=1, batch=8)
     e.decode(tokens=16, reps=1, batch=8)
-    e.decode(tokens=16, reps=1, batch=4)
-    assert runs == [(8, 4), (8, 16), (1, 4), (8, 16), (4, 4), (4, 16)]
+    e.decode(tokens=16, reps=1, batch=4, prompt_len=2)
+    assert runs == [(8, {4}, 4), (8, {32}, 16), (1, {4}, 4), (8, {32}, 16), (4, {2}, 4), (4, {2}, 16)]
 
 
 def test_decode_vllm_figures_and_clock_agreement(pytester):

@@ -75,6 +75,8 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     if dtype not in DTYPES:
         raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     base = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device}
+    if fam in ("vllm", "transformers"):
+        _emulated_half_check(ctx, m, dtype)
     if fam == "vllm":
         if q not in (None, "fp8"):
             raise Unmeasured(f"vLLM runs quantization none or fp8 here, not {q!r}")
@@ -95,6 +97,37 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     else:  # llamacpp
         spec = dict(base, quant=q or "f16")
     return fam, spec, m
+
+
+# An x86 CPU without AVX-512 has no fast half-precision path: on an AVX2-only host (2 cores) vLLM ran
+# qwen3-0.6b in bfloat16 at 2.3 tok/s decode and about 5 GFLOP/s batched (float32 GEMM there: tens of
+# GFLOP/s), so one 1,024-token prefill took minutes and the CPU default over an hour. Such a case is
+# refused when one 1,024-token prefill would exceed EMULATED_LIMIT_FLOP (20 s at that rate).
+EMULATED_RATE = 5e9
+EMULATED_LIMIT_FLOP = 20 * EMULATED_RATE
+NATIVE_HALF = ("avx512f", "avx512_bf16", "amx_bf16")
+
+
+def _emulated_half_check(ctx, m: dict, dtype: str) -> None:
+    if ctx.device == "cuda" or dtype not in ("bfloat16", "float16") or os.environ.get("VOICEPERF_EMULATED_HALF"):
+        return
+    from ..provenance import cpu_isa
+
+    isa = cpu_isa()
+    if isa is None or any(f in isa for f in NATIVE_HALF) or "avx2" not in isa:
+        return  # not an x86 host we know (ARM has its own half-precision units), or one with AVX-512
+    cfg = m.get("config") or {}
+    if cfg.get("model_type") != "qwen3":
+        return
+    from ..models import qwen3_param_counts
+
+    flop = 2.0 * qwen3_param_counts(cfg)["non_embedding"] * 1024
+    if flop > EMULATED_LIMIT_FLOP:
+        raise Unmeasured(
+            f"{dtype} is emulated on this CPU (vector extensions: {' '.join(isa)}; no AVX-512 or AMX): vLLM computes "
+            f"it at about {EMULATED_RATE / 1e9:.0f} GFLOP/s here, so one 1,024-token prefill of {m.get('name') or 'this model'} "
+            f"({flop / 1e12:.2f} TFLOP) takes about {flop / EMULATED_RATE / 60:.0f} min; run it on a CPU with AVX-512 "
+            "or a GPU, or set VOICEPERF_EMULATED_HALF=1 to measure it anyway")
 
 
 def _tp_check(ctx, tp: int) -> int:
