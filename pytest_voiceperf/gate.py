@@ -219,9 +219,10 @@ def mismatches(old: dict, new: dict) -> list[str]:
     for k in MUST_MATCH:
         if old.get(k) != new.get(k):
             out.append(f"{k}: {old.get(k)!r} vs {new.get(k)!r}")
-    # the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was both)
+    # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
+    # both); a GPU run's figures do not hang on its host's vector units
     io, inn = old.get("cpu_isa"), new.get("cpu_isa")
-    if io is not None and inn is not None and sorted(io) != sorted(inn):
+    if new.get("device") == "cpu" and io is not None and inn is not None and sorted(io) != sorted(inn):
         out.append(f"cpu_isa: {' '.join(io) or '-'} vs {' '.join(inn) or '-'}")
     po, pn = old.get("packages", {}), new.get("packages", {})
     for k in PACKAGES_MATCH:

@@ -94,7 +94,7 @@ def environment(device: str) -> dict:
 
 
 # vector extensions that decide CPU engine speed: one "AMD EPYC" VM host had AVX-512 (bfloat16 GEMM),
-# another only AVX2, where torch's bfloat16 matmul ran at 0.83 GFLOP/s and the CPU default took twice as long
+# another only AVX2, where torch's bfloat16 matmul ran at 0.83 GFLOP/s and vLLM's bfloat16 at about 5 GFLOP/s
 ISA_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
              "amx_bf16", "amx_int8")
 

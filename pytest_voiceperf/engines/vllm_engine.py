@@ -249,12 +249,10 @@ class Engine:
     def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
         """Per-request decode tok/s at ``batch`` concurrent requests, both clocks, raw samples."""
         tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
-        # a batch shape seen before (an earlier round) has its kernels and graphs: a later round
-        # re-primes with one request instead of the whole batch (64 prompts of a CPU sweep's warm-up
-        # are 2,048 prefill tokens, about 6 s there)
-        # The warm-up builds the kernels (CPU) and meets the graphs (CUDA) of a decode step at this batch;
-        # its prompts are short: the measured run's own prefill is not timed (first token to last), and
-        # 32-token prompts made the warm-up a second full prefill (AVX2 CPU, bfloat16: 56 s at 16 requests)
+        # The warm-up builds the kernels (CPU) and meets the graphs (CUDA) of a decode step at this batch,
+        # with short prompts: the measured run's own prefill is not timed (first token to last), and
+        # 32-token prompts made it a second full prefill (AVX2 CPU, bfloat16: 56 s at 16 requests).
+        # A batch shape seen before (an earlier round) re-primes with one request.
         seen = self._seen("decode", batch, prompt_len)
         with warming():
             for _ in range(int(warmup)):

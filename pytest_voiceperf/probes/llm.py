@@ -124,8 +124,8 @@ def _emulated_half_check(ctx, m: dict, dtype: str) -> None:
     flop = 2.0 * qwen3_param_counts(cfg)["non_embedding"] * 1024
     if flop > EMULATED_LIMIT_FLOP:
         raise Unmeasured(
-            f"{dtype} is emulated on this CPU (vector extensions: {' '.join(isa)}; no AVX-512 or AMX): vLLM computes "
-            f"it at about {EMULATED_RATE / 1e9:.0f} GFLOP/s here, so one 1,024-token prefill of {m.get('name') or 'this model'} "
+            f"{dtype} is emulated on this CPU (vector extensions: {' '.join(isa)}; no AVX-512 or AMX): vLLM computed "
+            f"it at about {EMULATED_RATE / 1e9:.0f} GFLOP/s on such a CPU, so one 1,024-token prefill of {m.get('name') or 'this model'} "
             f"({flop / 1e12:.2f} TFLOP) takes about {flop / EMULATED_RATE / 60:.0f} min; run it on a CPU with AVX-512 "
             "or a GPU, or set VOICEPERF_EMULATED_HALF=1 to measure it anyway")
 
