@@ -135,12 +135,19 @@ def test_engine_start_limit_from_ini(vp):
     assert "engine start hit its time limit of 2s" in r["slow-start"]["reason"]
 
 
+def _ctrl_c_on():
+    # a test run started as a shell's background job (`.ci/run &`) inherits SIGINT ignored, and Python
+    # keeps an ignored SIGINT: the run under test gets SIGINT as a user's Ctrl-C or `timeout -s INT` sends it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_and_interrupt(path, sig, wait_for="hangs"):
     cmd = [sys.executable, "-m", "pytest", "--voiceperf", "-v", "--voiceperf-json", "out.json",
            "-p", "no:cacheprovider"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log = open(os.path.join(path, "run.log"), "w")
-    proc = subprocess.Popen(cmd, cwd=path, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(cmd, cwd=path, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_ctrl_c_on)
     deadline = time.time() + 90
     while time.time() < deadline:  # interrupt while the second claim's engine is busy
         with open(os.path.join(path, "run.log")) as f:
@@ -187,7 +194,8 @@ def test_a_stopped_run_keeps_what_it_measured_and_leaves_no_engine(vp, busy, sig
     (vp.path / "claims/b.yaml").write_text(claim("busy", args))
     cmd = [sys.executable, "-m", "pytest", "--voiceperf", "-v", "--voiceperf-json", "out.json", "-p", "no:cacheprovider"]
     log = open(vp.path / "run.log", "w")
-    proc = subprocess.Popen(cmd, cwd=vp.path, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc = subprocess.Popen(cmd, cwd=vp.path, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=_ctrl_c_on)
     deadline = time.time() + 90
     while time.time() < deadline and "starting engine selftest (b)" not in (vp.path / "run.log").read_text():
         time.sleep(0.2)
