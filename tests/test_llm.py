@@ -239,27 +239,25 @@ def test_half_precision_of_a_large_model_is_refused_on_a_cpu_that_emulates_it(mo
     # AVX2 only: vLLM ran qwen3-0.6b in bfloat16 at ~5 GFLOP/s, a 1,024-token prefill took minutes
     from types import SimpleNamespace
 
-    from pytest_voiceperf import provenance
     from pytest_voiceperf.probes import Unmeasured
-    from pytest_voiceperf.probes.llm import _emulated_half_check
+    from pytest_voiceperf.probes.llm import _emulated_half_check as check
 
     monkeypatch.delenv("VOICEPERF_EMULATED_HALF", raising=False)
     cpu = SimpleNamespace(device="cpu")
     big = {"name": "qwen3-0.6b", "config": models.get("qwen3-0.6b").config}
     tiny = {"name": TINY, "config": models.get(TINY).config}
-    monkeypatch.setattr(provenance, "cpu_isa", lambda: ["avx2", "fma"])
+    avx2 = ["avx2", "fma"]
     with pytest.raises(Unmeasured, match=r"bfloat16 is emulated on this CPU \(vector extensions: avx2 fma; .*"
                                          r"VOICEPERF_EMULATED_HALF=1"):
-        _emulated_half_check(cpu, big, "bfloat16")
-    _emulated_half_check(cpu, big, "float32")  # float32 runs
-    _emulated_half_check(cpu, tiny, "bfloat16")  # a tiny model takes seconds even emulated
-    _emulated_half_check(SimpleNamespace(device="cuda"), big, "bfloat16")
+        check(cpu, big, "bfloat16", avx2)
+    check(cpu, big, "float32", avx2)  # float32 runs
+    check(cpu, tiny, "bfloat16", avx2)  # a tiny model takes seconds even emulated
+    check(SimpleNamespace(device="cuda"), big, "bfloat16", avx2)
     monkeypatch.setenv("VOICEPERF_EMULATED_HALF", "1")
-    _emulated_half_check(cpu, big, "bfloat16")  # asked for anyway
+    check(cpu, big, "bfloat16", avx2)  # asked for anyway
     monkeypatch.delenv("VOICEPERF_EMULATED_HALF")
-    for isa in (["avx2", "fma", "avx512f"], ["avx2", "amx_bf16"], None):  # AVX-512 or AMX; not x86
-        monkeypatch.setattr(provenance, "cpu_isa", lambda isa=isa: isa)
-        _emulated_half_check(cpu, big, "bfloat16")
+    for isa in (["avx2", "fma", "avx512f"], ["avx2", "amx_bf16"], []):  # AVX-512 or AMX; not x86
+        check(cpu, big, "bfloat16", isa)
 
 
 @needs_vllm

@@ -108,12 +108,14 @@ EMULATED_LIMIT_FLOP = 20 * EMULATED_RATE
 NATIVE_HALF = ("avx512f", "avx512_bf16", "amx_bf16")
 
 
-def _emulated_half_check(ctx, m: dict, dtype: str) -> None:
+def _emulated_half_check(ctx, m: dict, dtype: str, isa: list[str] | None = None) -> None:
+    """``isa``: the CPU's vector extensions (read from /proc/cpuinfo when not given)."""
     if ctx.device == "cuda" or dtype not in ("bfloat16", "float16") or os.environ.get("VOICEPERF_EMULATED_HALF"):
         return
-    from ..provenance import cpu_isa
+    if isa is None:
+        from ..provenance import cpu_isa
 
-    isa = cpu_isa()
+        isa = cpu_isa()
     if isa is None or any(f in isa for f in NATIVE_HALF) or "avx2" not in isa:
         return  # not an x86 host we know (ARM has its own half-precision units), or one with AVX-512
     cfg = m.get("config") or {}
