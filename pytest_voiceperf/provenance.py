@@ -3,6 +3,7 @@ statistics settings and where the run's time went. Built from a voiceperf sessio
 the run (the partial results file is written after every case)."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -99,8 +100,10 @@ ISA_FLAGS = ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
              "amx_bf16", "amx_int8")
 
 
+@functools.lru_cache(maxsize=4)
 def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
-    """The host CPU's vector extensions that engines use (Linux /proc/cpuinfo flags; None elsewhere)."""
+    """The host CPU's vector extensions that engines use (Linux /proc/cpuinfo flags; None elsewhere).
+    Read once per process: every LLM probe call on the CPU asks (the emulated-half-precision check)."""
     try:
         with open(cpuinfo) as f:
             for line in f:
