@@ -38,6 +38,7 @@ def build(session: Any) -> dict:
         "duration_s": round(time.time() - session.started, 2),
         "models": session.models_used,
         "engines": session.engines.started,
+        "caches": session.static_provenance.get("caches"),
         "git_commit": _static(session, "git_commit", lambda: _git_commit(session.rootdir)),
         "git_dirty": _static(session, "git_dirty", lambda: _git_dirty(session.rootdir)),
         "worker": session.worker,

@@ -238,6 +238,41 @@ def test_the_run_says_where_its_time_went(vp):
                               "engine*start*warm-up*measuring*", "selftest a*", "wall *"])
 
 
+def test_engines_keep_their_compile_caches_in_one_user_folder(tmp_path, monkeypatch):
+    """vLLM's, inductor's, Triton's and FlashInfer's caches go under VOICEPERF_CACHE (kept between
+    runs, so a second run starts warm); a cache variable the user set wins."""
+    from pytest_voiceperf.engines import EngineProcess, caches
+
+    monkeypatch.setenv("VOICEPERF_CACHE", str(tmp_path / "vc"))
+    for var in caches.DIRS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "mine"))
+    eng = EngineProcess("selftest", {"model": "a"}, log_dir=tmp_path, start_timeout=60)
+    try:
+        seen = eng.call("environ", timeout=30, names=list(caches.DIRS))
+    finally:
+        eng.close()
+    assert seen == {"VLLM_CACHE_ROOT": str(tmp_path / "vc" / "vllm"),
+                    "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "vc" / "torchinductor"),
+                    "TRITON_CACHE_DIR": str(tmp_path / "mine"),
+                    "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "vc" / "flashinfer")}
+
+
+def test_the_provenance_says_whether_the_engine_caches_were_warm(vp, monkeypatch):
+    for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("VOICEPERF_CACHE", str(vp.path / "vc"))
+    (vp.path / "claims/a.yaml").write_text(claim("c", "method: echo"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "cold.json").assert_outcomes(passed=1)
+    (vp.path / "vc" / "vllm").mkdir(parents=True)
+    (vp.path / "vc" / "vllm" / "x").write_text("compiled")  # what an engine start leaves
+    vp.runpytest("--voiceperf", "--voiceperf-json", "warm.json").assert_outcomes(passed=1)
+    cold, warm = (json.loads((vp.path / f).read_text())["provenance"]["caches"] for f in ("cold.json", "warm.json"))
+    assert cold["root"] == str(vp.path / "vc") and cold["dirs"]["VLLM_CACHE_ROOT"] == str(vp.path / "vc" / "vllm")
+    assert not any(cold["warm"].values())
+    assert warm["warm"] == dict(cold["warm"], VLLM_CACHE_ROOT=True)
+
+
 def test_resume_finishes_an_interrupted_run_without_measuring_again(vp):
     (vp.path / "claims/a.yaml").write_text(claim("first", "method: echo, value: 1.0"))
     (vp.path / "claims/b.yaml").write_text(claim("hangs", "model: b, method: hang, seconds: 600"))

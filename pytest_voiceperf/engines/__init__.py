@@ -38,6 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from .. import timing as _timing
 from ..probes import EngineError, Unmeasured
+from . import caches
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class EngineProcess:
         self.log_path = Path(tempfile.mkstemp(prefix=f"{family}-", suffix=".log", dir=log_dir)[1])
         self._log = open(self.log_path, "ab")
         penv = dict(os.environ)
+        penv.update(caches.env(os.environ))  # compile and JIT caches kept between runs
         penv.update(env or {})
         penv["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(

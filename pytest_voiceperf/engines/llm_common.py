@@ -15,7 +15,9 @@ from ..probes import InvalidMeasurement, Unmeasured
 
 def cache_root() -> str:
     """Where model folders the plugin writes are kept between runs (VOICEPERF_CACHE overrides)."""
-    return os.environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
+    from .caches import root
+
+    return root()
 
 
 def cache_dir(name: str, config: dict) -> str:

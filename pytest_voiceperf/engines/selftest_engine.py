@@ -34,6 +34,10 @@ class Engine:
         time.sleep(work_s)
         return {"value": value, "samples": [value] * n, "pid": self.pid}
 
+    def environ(self, names: tuple = ()) -> dict:
+        """The worker's own environment variables (what the parent gave the engine)."""
+        return {n: os.environ.get(n) for n in names}
+
     def crash(self) -> dict:
         print("selftest: about to crash", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
