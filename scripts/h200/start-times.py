@@ -2,8 +2,9 @@
 
 usage: python3 scripts/h200/start-times.py OUT MODEL[:QUANT] ...  (after scripts/h200/install.sh)
 Each MODEL starts three times in fresh worker processes, exactly as a claim starts it (the plugin's
-EngineProcess with the spec llm probes build): first with empty cache folders (VOICEPERF_CACHE,
-VLLM_CACHE_ROOT and the JIT caches under a fresh HOME), then twice with what the first start left.
+EngineProcess with the spec llm probes build): first with an empty VOICEPERF_CACHE (the engines'
+compile and JIT caches), then twice with what the first start left. Caches elsewhere on the machine
+are not emptied: the first start of a fresh machine is the fully cold one.
 Writes OUT/start-times.json and keeps every engine log in OUT/logs/.
 """
 import json
@@ -18,19 +19,20 @@ def main() -> None:
     out = Path(sys.argv[1])
     (out / "logs").mkdir(parents=True, exist_ok=True)
     from pytest_voiceperf import models
-    from pytest_voiceperf.engines import EngineProcess
+    from pytest_voiceperf.engines import EngineProcess, caches
 
     rows = []
     for arg in sys.argv[2:]:
         model, _, quant = arg.partition(":")
-        cache = Path(tempfile.mkdtemp(prefix="vp-cold-"))
-        env = {"VOICEPERF_CACHE": str(cache / "vp"), "VLLM_CACHE_ROOT": str(cache / "vllm"),
-               "HOME": str(cache / "home"), "VLLM_LOGGING_LEVEL": "INFO"}
-        (cache / "home").mkdir()
-        os.environ["VOICEPERF_CACHE"] = env["VOICEPERF_CACHE"]  # model_dir is written in this process
+        # an empty cache folder: the plugin puts vLLM's, inductor's, Triton's and FlashInfer's caches in it
+        os.environ["VOICEPERF_CACHE"] = tempfile.mkdtemp(prefix="vp-cold-")
+        for var in caches.DIRS:
+            os.environ.pop(var, None)
+        env = {"VLLM_LOGGING_LEVEL": "INFO"}
         spec = {"model": model, "config": models.get(model).config, "weights": None, "device": "cuda",
                 "dtype": "bfloat16", "quantization": quant or None, "prefix_caching": True}
-        for attempt in ("cold", "warm", "warm"):
+        spec["device"] = os.environ.get("VP_DEVICE", "cuda")  # cpu: a smoke test here
+        for attempt in ("cold", "warm", "warm")[: int(os.environ.get("VP_STARTS", "3"))]:
             t0 = time.perf_counter()
             eng = EngineProcess("vllm", spec, log_dir=out / "logs", start_timeout=900, env=env,
                                 progress=lambda m: print("  ", m, flush=True))
