@@ -258,6 +258,39 @@ def test_engines_keep_their_compile_caches_in_one_user_folder(tmp_path, monkeypa
                     "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "vc" / "flashinfer")}
 
 
+def test_a_reusable_engine_worker_serves_the_next_instance_of_its_family(vp):
+    """A family whose instances live in processes of their own (vLLM's engine core) starts its next
+    instance in the same worker when the pool makes room: one process, two starts, both timed."""
+    vp.makeconftest(ENGINE_PROBE + textwrap.dedent('''
+        import dataclasses
+        from pytest_voiceperf.engines import families
+
+        # the selftest engine as a family whose worker may serve its next instance (as vLLM's)
+        families()["selftest"] = dataclasses.replace(families()["selftest"], reuse_worker=True)
+    '''))
+    (vp.path / "claims/a.yaml").write_text(claim("first", "model: a, method: echo"))
+    (vp.path / "claims/b.yaml").write_text(claim("second", "model: b, method: echo, start_sleep: 0.3"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "out.json", "-s")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*starting engine selftest (b) in the worker of selftest a*"])
+    r = results(vp)
+    pids = {c: r[c]["probes"]["e"]["info"]["engine_pid"] for c in ("first", "second")}
+    assert pids["first"] == pids["second"]
+    prov = json.loads((vp.path / "out.json").read_text())["provenance"]
+    started = {e["spec"]["model"]: e["info"] for e in prov["engines"]}
+    assert started["b"]["worker_reused_after"] == "selftest a" and "worker_reused_after" not in started["a"]
+    rows = {(row["phase"], row["engine"]): row["seconds"] for row in prov["timing"]["rows"]}
+    assert rows[("engine start", "selftest b")] >= 0.3  # the second start is timed as its own
+
+
+def test_an_engine_family_that_keeps_its_model_in_the_worker_gets_a_fresh_worker(vp):
+    (vp.path / "claims/a.yaml").write_text(claim("first", "model: a, method: echo"))
+    (vp.path / "claims/b.yaml").write_text(claim("second", "model: b, method: echo"))
+    vp.runpytest("--voiceperf", "--voiceperf-json", "out.json").assert_outcomes(passed=2)
+    r = results(vp)
+    assert r["first"]["probes"]["e"]["info"]["engine_pid"] != r["second"]["probes"]["e"]["info"]["engine_pid"]
+
+
 def test_the_provenance_says_whether_the_engine_caches_were_warm(vp, monkeypatch):
     for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
         monkeypatch.delenv(var, raising=False)

