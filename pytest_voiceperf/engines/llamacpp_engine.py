@@ -13,14 +13,11 @@ single-token decode calls, prompt-eval time and count) are the engine's figure; 
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 
 from ..probes import Unmeasured
 from . import llm_common as common
 from .worker import import_gguf, note_warmup, progress, warming
-
-GGUF_CACHE = os.path.join(tempfile.gettempdir(), "voiceperf-gguf")
 
 
 def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict:
@@ -128,11 +125,14 @@ class Engine:
         else:
             if not config or config.get("model_type") != "qwen3":
                 raise Unmeasured(f"no Qwen3 shape for {model!r} to write a GGUF from")
-            os.makedirs(GGUF_CACHE, exist_ok=True)
-            path = os.path.join(GGUF_CACHE, f"{model}-{quant}-random.gguf")
+            # beside the model's other files in the user cache (engines/caches.py), by config
+            path = os.path.join(common.cache_dir(model, config), f"random-{quant}-seed{int(seed)}.gguf")
             if not os.path.exists(path):
                 progress(f"llama.cpp: writing {model} GGUF with random {quant} weights")
-                write_gguf(path, config, quant, seed)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                tmp = f"{path}.{os.getpid()}.tmp"  # a write cut short never passes for a whole file
+                write_gguf(tmp, config, quant, seed)
+                os.replace(tmp, path)
         self.write_s = time.perf_counter() - t0
         self.path = path
         sizes = _tensor_bytes(path)

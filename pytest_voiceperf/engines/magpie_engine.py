@@ -5,7 +5,7 @@ download:
 
 - the audio codec: an ``AudioCodecModel`` of the low-frame-rate 22.05 kHz codec shape (HiFi-GAN
   encoder/decoder, 1024 samples per frame = 21.5 frames/s, 8 FSQ codebooks of 8x7x6x6 = 2016
-  codes), built from a config, saved to a ``.nemo`` file (cached in the temp dir by config hash)
+  codes), built from a config, saved to a ``.nemo`` file (kept in the user cache, engines/caches.py, by config hash)
   and passed as ``codecmodel_path``, exactly as a trained codec would be;
 - the TTS model: ``MagpieTTSModel`` of type ``decoder_ce`` (text encoder, context encoder,
   decoder with cross-attention, autoregressive local transformer) with ``frame_stacking_factor``
@@ -25,10 +25,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 
 from ..probes import Unmeasured
+from . import caches
 from .worker import progress, warming
 
 DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog, then it runs back home to rest."
@@ -149,8 +149,9 @@ class Engine:
             fs = int(frame_stacking or config.get("frame_stacking_factor", 1))
             ccfg = codec_config(config["codec"])
             key = hashlib.sha1(json.dumps(ccfg, sort_keys=True).encode()).hexdigest()[:16]
-            codec_path = os.path.join(tempfile.gettempdir(), f"voiceperf-magpie-codec-{key}.nemo")
+            codec_path = os.path.join(caches.root(), "models", f"magpie-codec-{key}.nemo")
             if not os.path.exists(codec_path):
+                os.makedirs(os.path.dirname(codec_path), exist_ok=True)
                 progress("magpie: building a random-weight audio codec (.nemo)")
                 codec = AudioCodecModel(OmegaConf.create(ccfg))
                 tmp = codec_path + f".{os.getpid()}.tmp"
