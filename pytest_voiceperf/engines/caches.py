@@ -2,9 +2,9 @@
 
 vLLM's compiled graphs, torch inductor's and Triton's kernels, FlashInfer's JIT modules and the
 model folders the plugin writes all go under VOICEPERF_CACHE (default ~/.cache/pytest-voiceperf):
-a second run starts its engines warm (H200, qwen3-0.6b: 76-78 s a start with nothing reused,
-29-30 s with vLLM's cache reused), one folder is what a CI runner keeps between jobs, and deleting
-it gives a cold start. A variable the user set wins. The provenance records the folders and whether
+a second run starts its engines warm (H200, qwen3-0.6b: 232-242 s a start with the folder empty,
+42-47 s with it warm; results/h200/start-times/), one folder is what a CI runner keeps between
+jobs, and deleting it gives a cold start. A variable the user set wins. The provenance records the folders and whether
 each held anything when the session began; no figure is taken during a start, so a warm cache
 changes how long a run takes, never what it measures.
 """
