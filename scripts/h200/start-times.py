@@ -7,7 +7,7 @@ JIT caches), again in the same worker (EngineProcess.restart, as the pool reuses
 then in a fresh worker with the warm caches; each start is followed by one batch-1 decode
 (128 tokens x 5), so a reused worker's figure can be compared with a fresh one's. Caches elsewhere on the machine
 are not emptied: the first start of a fresh machine is the fully cold one.
-Writes OUT/start-times.json and keeps every engine log in OUT/logs/.
+Writes OUT/start-times.json (kept under results/ as .jsonl, one start a line) and every engine log in OUT/logs/.
 """
 import json
 import os
