@@ -292,7 +292,9 @@ def test_an_engine_family_that_keeps_its_model_in_the_worker_gets_a_fresh_worker
 
 
 def test_the_provenance_says_whether_the_engine_caches_were_warm(vp, monkeypatch):
-    for var in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+    from pytest_voiceperf.engines import caches
+
+    for var in caches.DIRS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("VOICEPERF_CACHE", str(vp.path / "vc"))
     (vp.path / "claims/a.yaml").write_text(claim("c", "method: echo"))

@@ -354,11 +354,10 @@ class EnginePool:
         reuse = None
         if not _is_light(family):
             heavy = [key for key, live in self._live.items() if not _is_light(live.family)]
+            reusable = families()[family].reuse_worker  # check_available above: the family exists
             while len(heavy) >= self.max_live:
                 old = self._live.pop(heavy.pop(0))
-                fam = families().get(family)
-                if reuse is None and fam is not None and fam.reuse_worker and old.family == family \
-                        and old.env == dict(env or {}) and old.alive:
+                if reuse is None and reusable and old.family == family and old.env == dict(env or {}) and old.alive:
                     reuse = old
                 else:
                     old.close()

@@ -10,7 +10,10 @@ changes how long a run takes, never what it measures.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import re
 from collections.abc import Mapping
 
 # engine worker environment variable -> folder under the root
@@ -24,6 +27,15 @@ DIRS = {
 
 def root(environ: Mapping[str, str] = os.environ) -> str:
     return environ.get("VOICEPERF_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "pytest-voiceperf")
+
+
+def cache_dir(name: str, config: dict) -> str:
+    """The folder for files written from ``config`` (a model's config.json, random weights): the
+    same path for the same config, so a later run finds them (and vLLM's compile cache, keyed on
+    the model path, matches)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip("._")[-60:] or "model"  # a path given as the name
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    return os.path.join(root(), "models", f"{safe}-{digest}")
 
 
 def env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:

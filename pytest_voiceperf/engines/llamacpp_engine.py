@@ -16,6 +16,7 @@ import os
 import time
 
 from ..probes import Unmeasured
+from . import caches
 from . import llm_common as common
 from .worker import import_gguf, note_warmup, progress, warming
 
@@ -126,7 +127,7 @@ class Engine:
             if not config or config.get("model_type") != "qwen3":
                 raise Unmeasured(f"no Qwen3 shape for {model!r} to write a GGUF from")
             # beside the model's other files in the user cache (engines/caches.py), by config
-            path = os.path.join(common.cache_dir(model, config), f"random-{quant}-seed{int(seed)}.gguf")
+            path = os.path.join(caches.cache_dir(model, config), f"random-{quant}-seed{int(seed)}.gguf")
             if not os.path.exists(path):
                 progress(f"llama.cpp: writing {model} GGUF with random {quant} weights")
                 os.makedirs(os.path.dirname(path), exist_ok=True)

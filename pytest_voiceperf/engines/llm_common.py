@@ -4,29 +4,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import statistics
 import tempfile
 import time
 
 from .. import models
 from ..probes import InvalidMeasurement, Unmeasured
-
-
-def cache_root() -> str:
-    """Where model folders the plugin writes are kept between runs (VOICEPERF_CACHE overrides)."""
-    from .caches import root
-
-    return root()
-
-
-def cache_dir(name: str, config: dict) -> str:
-    """The cache folder for a model written from ``config`` (the same path for the same config)."""
-    import hashlib
-
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip("._")[-60:] or "model"  # a path given as the name
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-    return os.path.join(cache_root(), "models", f"{safe}-{digest}")
+from .caches import cache_dir
 
 
 def model_dir(spec_model: str, config: dict | None, weights: str | None) -> str:

@@ -22,8 +22,6 @@ spec: ``model``, ``config`` (see ``models.py``), ``weights`` (a ``.nemo`` checkp
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 
@@ -148,8 +146,7 @@ class Engine:
                 raise ValueError(f"no config for model {model!r} and no weights")
             fs = int(frame_stacking or config.get("frame_stacking_factor", 1))
             ccfg = codec_config(config["codec"])
-            key = hashlib.sha1(json.dumps(ccfg, sort_keys=True).encode()).hexdigest()[:16]
-            codec_path = os.path.join(caches.root(), "models", f"magpie-codec-{key}.nemo")
+            codec_path = os.path.join(caches.cache_dir("magpie-codec", ccfg), "codec.nemo")
             if not os.path.exists(codec_path):
                 os.makedirs(os.path.dirname(codec_path), exist_ok=True)
                 progress("magpie: building a random-weight audio codec (.nemo)")

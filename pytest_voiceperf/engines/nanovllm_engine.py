@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from ..disturbance import gpu_state, tree_cpu_seconds
-from .llm_common import cache_dir
+from .caches import cache_dir
 from .voxcpm_engine import DEFAULT_TEXT, _dist_version, install_torchaudio_stub, write_tokenizer
 from .worker import progress, warming
 

@@ -31,9 +31,9 @@ def main() -> None:
         for var in caches.DIRS:
             os.environ.pop(var, None)
         env = {"VLLM_LOGGING_LEVEL": "INFO"}
-        spec = {"model": model, "config": models.get(model).config, "weights": None, "device": "cuda",
+        spec = {"model": model, "config": models.get(model).config, "weights": None,
+                "device": os.environ.get("VP_DEVICE", "cuda"),  # cpu: a smoke test here
                 "dtype": "bfloat16", "quantization": quant or None, "prefix_caching": True}
-        spec["device"] = os.environ.get("VP_DEVICE", "cuda")  # cpu: a smoke test here
 
         def decode(eng):
             r = eng.call("decode", timeout=600, tokens=128, reps=5, batch=1, prompt_len=32)
