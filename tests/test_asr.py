@@ -172,6 +172,41 @@ def test_stream_frames_latency_rtf_flops(vp):
     assert ("espeak" in speech) or ("synthetic" in speech)
 
 
+FLOP_CHECK = """
+import json, sys, wave
+import numpy as np
+from pytest_voiceperf import models
+from pytest_voiceperf.engines import nemo_engine
+path = sys.argv[1]
+a = (np.random.default_rng(0).standard_normal(16000 * 8) * 3000).astype(np.int16)
+with wave.open(path, "wb") as w:
+    w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); w.writeframes(a.tobytes())
+eng = nemo_engine.Engine("fastconformer-tiny", config=models.get("fastconformer-tiny").config)
+out = {}
+for rc in (1, 13):
+    buf = eng._prepare(rc, path, 1)[-1]
+    memo = eng._stream_once(buf, count_flops=True)["flops"]
+    calls = iter(range(10**6))
+    nemo_engine._shape_signature = lambda a, k: next(calls)  # every step its own count
+    every = eng._stream_once(buf, count_flops=True)["flops"]
+    out[rc] = [memo, every]
+print("RESULT" + json.dumps(out))
+"""
+
+
+@needs_nemo
+def test_flops_counted_once_per_step_shape_equal_counting_every_step(tmp_path):
+    """FLOPs are counted once per distinct shape of a streaming step's inputs (counting is slow);
+    every step's count equals the count of a pass that counts every step."""
+    r = subprocess.run([sys.executable, "-c", FLOP_CHECK, str(tmp_path / "noise.wav")], capture_output=True,
+                       text=True, timeout=600)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert line, r.stdout[-2000:] + r.stderr[-3000:]
+    for rc, (memo, every) in json.loads(line[0][6:]).items():
+        assert memo == every and len(every) > 5 and all(f > 0 for f in every), rc
+        assert len(set(every)) < len(every)  # steps share shapes: the memo saves passes
+
+
 @needs_nemo
 def test_buffered_costs_more_than_cache_aware(vp):
     measure = f"""\

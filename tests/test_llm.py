@@ -111,6 +111,19 @@ SHARED = {
         expect: {{max: 1.0}}
         noise: {{max_rel_spread: 100}}
         """,
+    # engine auto: llama.cpp's weight formats run on llama.cpp; q4_0 is the decode t-llamacpp measured
+    "t-fit-gguf.yaml": f"""
+        id: t-fit-gguf
+        title: decode time model over llama.cpp weight formats
+        statement: time per token = bytes / read bandwidth + overhead
+        requires: ["module:llama_cpp", "module:gguf"]
+        measure:
+          fit: {{probe: llm.decode_fit, variants: "{TINY}::q4_0,{TINY}::q8_0,{TINY}::f16", tokens: 16, reps: 2}}
+        metric: fit.overhead_ms
+        unit: ms
+        expect: {{min: -1000}}
+        noise: {{max_rel_spread: 100}}
+        """,
     # any architecture from a config.json: a tiny Llama (untied embeddings) by its folder's path
     "t-llama.yaml": """
         id: t-llama
@@ -410,6 +423,21 @@ def test_llamacpp_engine(pytester):
     assert d["values"]["generated"] == 16
     # q4_0: 18 bytes per 32 weights for every matrix, f32 norms
     assert d["values"]["weight_bytes"] < models.qwen3_bytes(models.get(TINY).config)["weights"] / 3
+
+
+def test_decode_fit_over_llamacpp_formats_shares_the_q4_0_decode(pytester):
+    _, by, doc = _shared(pytester)
+    r = by["t-fit-gguf"]
+    if not HAS_LLAMACPP:
+        assert r["outcome"] == "unmeasured" and "llama_cpp" in r["reason"]
+        return
+    assert r["outcome"] in ("passed", "failed"), r["reason"]
+    pts = r["probes"]["fit"]["info"]["points"]
+    assert [p["engine"] for p in pts] == ["llamacpp"] * 3
+    assert pts[0]["bytes"] < pts[1]["bytes"] < pts[2]["bytes"]  # q4_0 < q8_0 < f16
+    # the fit's q4_0 decode is the call t-llamacpp made (engine auto named as llamacpp): measured once
+    keys = [row["engine"] for row in doc["provenance"]["timing"]["rows"] if row["phase"] == "engine start"]
+    assert sum("q4_0" in (k or "") for k in keys) == 1, keys
 
 
 # -- slow: more engine starts -------------------------------------------------------------------

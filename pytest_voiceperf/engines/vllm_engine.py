@@ -85,6 +85,10 @@ class Engine:
         # rebinding in the worker ('_lib_fn_wrapper' object has no attribute 'get'): load none
         os.environ.setdefault("VLLM_PLUGINS", "")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model (weight bytes)
+        # every probe decodes greedily (temperature 0), which never reaches the top-k/top-p sampler;
+        # only vLLM's start-up warm-up runs it, and its FlashInfer build is JIT-compiled there (the
+        # 131 s between CUDA graph capture and the JIT monitor of a cold H200 start): PyTorch's instead
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         counts = common.byte_counts(cfg, dtype, quantization)
         kv = kv_cache_gib
         if kv is None and device != "cuda":
@@ -172,6 +176,7 @@ class Engine:
             "params": c.get("params"), "tied_embedding": c.get("tied_embedding"),
             "meta_model_check": self.meta, "loaded_model_bytes": self.loaded,
             "vllm_plugins": os.environ.get("VLLM_PLUGINS"),
+            "flashinfer_sampler": os.environ.get("VLLM_USE_FLASHINFER_SAMPLER"),
             "cpu_kvcache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE") if self.device != "cuda" else None,
         }
 

@@ -37,11 +37,14 @@ from . import Measurement, Unmeasured, probe
 ENGINES = ("auto", "vllm", "transformers", "llamacpp")
 DTYPES = ("bfloat16", "float16", "float32")
 QUANTS = ("none", "fp8", "q4_0", "q8_0", "f16")
+GGUF_QUANTS = ("q4_0", "q8_0", "f16")  # llama.cpp's weight formats: engine "auto" picks llama.cpp for them
 
 
 # -- arguments and engine specs ---------------------------------------------------------------
-def _family(engine: str) -> str:
+def _family(engine: str, quant: str | None = None) -> str:
     if engine == "auto":
+        if quant in GGUF_QUANTS:
+            return "llamacpp"
         return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
     if engine not in ENGINES:
         raise Unmeasured(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
@@ -68,10 +71,10 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     m = ctx.model(model)
     if m["family"] not in (None, "llm"):
         raise Unmeasured(f"model {model!r} is a {m['family']} model, not an LLM")
-    fam = _family(engine)
+    q = _quant(quantization)
+    fam = _family(engine, q)
     if tp > 1 and fam != "vllm":
         raise Unmeasured(f"tensor parallel (tp {tp}) runs on the vLLM engine only, not {fam}")
-    q = _quant(quantization)
     if dtype not in DTYPES:
         raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     base = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device}
@@ -423,7 +426,8 @@ def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: st
                reps: int = 0, prompt_len: int = 32):
     """Per-token time = bytes read / measured read bandwidth + one fixed overhead, over several models.
 
-    ``variants``: comma-separated ``model[:dtype[:quantization]]``. ``overhead_ms``: the mean of
+    ``variants``: comma-separated ``model[:dtype[:quantization]]`` (q4_0, q8_0 and f16 run on llama.cpp
+    when ``engine`` is auto). ``overhead_ms``: the mean of
     (time per token - bytes / read bandwidth); ``max_rel_residual``: the worst relative error of
     that one-overhead model on any variant; ``fit_bw``/``fit_overhead_ms``: a free least-squares
     line time = bytes / fit_bw + overhead (for comparison with the measured bandwidth).
@@ -436,6 +440,9 @@ def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: st
             args["dtype"] = parts[1]
         if len(parts) > 2 and parts[2]:
             args["quantization"] = parts[2]
+            if engine == "auto" and parts[2] in GGUF_QUANTS:
+                # named as a claim on that engine names it, so the decode is the one already measured
+                args["engine"] = "llamacpp"
         d = ctx.probe("llm.decode", **args)
         pts.append({"variant": v, "bytes": d.values["read_bytes"], "t": 1.0 / d.values["tok_s"],
                     "tok_s": d.values["tok_s"], "engine": d.info.get("engine")})
