@@ -440,6 +440,20 @@ def test_decode_fit_over_llamacpp_formats_shares_the_q4_0_decode(pytester):
     assert sum("q4_0" in (k or "") for k in keys) == 1, keys
 
 
+@pytest.mark.skipif(not HAS_LLAMACPP, reason="llama_cpp / gguf not installed")
+def test_tensor_sizes_of_a_written_gguf_are_kept_beside_it(tmp_path):
+    """A start reads the sizes it wrote instead of parsing the GGUF's vocabulary; they agree."""
+    from pytest_voiceperf.engines import llamacpp_engine as le
+
+    path = str(tmp_path / "m.gguf")
+    sizes = le.write_gguf(path, models.get(TINY).config, "q8_0")
+    assert le._saved_sizes(path) is None  # nothing kept yet: the reader's figures
+    le._save_sizes(path, sizes)
+    assert le._saved_sizes(path) == sizes == le._tensor_bytes(path)
+    (tmp_path / "m.gguf.tensor-bytes.json").write_text("{not json")
+    assert le._saved_sizes(path) is None
+
+
 # -- slow: more engine starts -------------------------------------------------------------------
 @pytest.mark.slow
 @needs_vllm
