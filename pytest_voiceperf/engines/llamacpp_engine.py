@@ -22,7 +22,6 @@ from . import caches
 from . import llm_common as common
 from .worker import import_gguf, note_warmup, progress, warming
 
-
 WARMUP_TOKENS = 8
 
 
