@@ -86,8 +86,8 @@ class Engine:
         os.environ.setdefault("VLLM_PLUGINS", "")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model (weight bytes)
         # every probe decodes greedily (temperature 0), which never reaches the top-k/top-p sampler;
-        # only vLLM's start-up warm-up runs it, and its FlashInfer build is JIT-compiled there (the
-        # 131 s between CUDA graph capture and the JIT monitor of a cold H200 start): PyTorch's instead
+        # only vLLM's start-up warm-up runs it, and its FlashInfer build is JIT-compiled there: PyTorch's
+        # instead (a cold H200 start of the 0.6B took 232-242 s with it, 48 s without; results/h200/llm-warmcache/)
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         counts = common.byte_counts(cfg, dtype, quantization)
         kv = kv_cache_gib
