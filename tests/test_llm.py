@@ -410,12 +410,19 @@ def test_transformers_engine(pytester):
     assert info["loaded_model_bytes"] == r["probes"]["d"]["values"]["weight_bytes"]
 
 
-@needs_vllm
-def test_llamacpp_engine(pytester):
-    res, by, _ = _shared(pytester)
-    r = by["t-llamacpp"]
+def _llamacpp_case(by: dict, name: str) -> dict | None:
+    """The case's result; None (after checking it says why) where llama.cpp is not installed."""
+    r = by[name]
     if not HAS_LLAMACPP:
         assert r["outcome"] == "unmeasured" and "llama_cpp" in r["reason"]
+        return None
+    return r
+
+
+@needs_vllm
+def test_llamacpp_engine(pytester):
+    r = _llamacpp_case(_shared(pytester)[1], "t-llamacpp")
+    if r is None:
         return
     assert r["outcome"] == "passed", r["reason"]
     d = r["probes"]["d"]
@@ -427,9 +434,8 @@ def test_llamacpp_engine(pytester):
 
 def test_decode_fit_over_llamacpp_formats_shares_the_q4_0_decode(pytester):
     _, by, doc = _shared(pytester)
-    r = by["t-fit-gguf"]
-    if not HAS_LLAMACPP:
-        assert r["outcome"] == "unmeasured" and "llama_cpp" in r["reason"]
+    r = _llamacpp_case(by, "t-fit-gguf")
+    if r is None:
         return
     assert r["outcome"] in ("passed", "failed"), r["reason"]
     pts = r["probes"]["fit"]["info"]["points"]

@@ -440,7 +440,7 @@ def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: st
             args["dtype"] = parts[1]
         if len(parts) > 2 and parts[2]:
             args["quantization"] = parts[2]
-            if engine == "auto" and parts[2] in GGUF_QUANTS:
+            if engine == "auto" and _family(engine, _quant(parts[2])) == "llamacpp":
                 # named as a claim on that engine names it, so the decode is the one already measured
                 args["engine"] = "llamacpp"
         d = ctx.probe("llm.decode", **args)
