@@ -328,19 +328,17 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert all(len(rep["tok_s"]) == 3 for rep in info["repetitions"])
     rl = by["t-decode-roofline"]
     assert rl["outcome"] == "passed" and 0 < rl["value"] <= 1.0
-    # info is the last round's: its ceiling check divides that round's implied bandwidth by the best
-    # read-bandwidth round measured so far (a ceiling is what the hardware can do), while the metric
-    # pairs round i of the decode with round i of the bandwidth probe
+    # info is the probe's last round: its ceiling check divides that round's implied bandwidth by the
+    # best read-bandwidth round measured so far (a ceiling is what the hardware can do). The metric
+    # pairs round i of the decode with round i of the bandwidth probe; the decode is shared with
+    # t-decode-agrees, which may have asked for more rounds than this case used
     chk = rl["probes"]["d"]["info"]["ceilings"]["read_bw"]
-    last_tok = rl["probes"]["d"]["samples"]["tok_s"][-1]
-    assert chk["implied"] == pytest.approx(last_tok * rl["probes"]["d"]["values"]["read_bytes"], rel=1e-6)
+    tok_rounds = rl["probes"]["d"]["samples"]["tok_s"]
+    read_bytes = rl["probes"]["d"]["values"]["read_bytes"]
+    assert chk["implied"] == pytest.approx(tok_rounds[-1] * read_bytes, rel=1e-6)
     assert chk["ratio"] == pytest.approx(chk["implied"] / chk["ceiling"])
     bw_rounds = rl["probes"]["rd"]["samples"]["read_bw"]
     assert min(bw_rounds) <= chk["ceiling"] <= max(bw_rounds)
-    # the decode probe is shared with t-decode-agrees, which may have asked for more rounds than this
-    # case used: round i of this case is round i of each probe, not the probes' last rounds
-    tok_rounds = rl["probes"]["d"]["samples"]["tok_s"]
-    read_bytes = rl["probes"]["d"]["values"]["read_bytes"]
     assert 1 <= len(rl["round_values"]) <= min(len(tok_rounds), len(bw_rounds))
     for i, got in enumerate(rl["round_values"]):
         assert got == pytest.approx(tok_rounds[i] * read_bytes / bw_rounds[i], rel=1e-6)
