@@ -377,7 +377,9 @@ KILL_VLLM = textwrap.dedent('''
         fam, spec, _ = _spec(ctx, model, "vllm", "bfloat16", "none")
         eng = ctx.engine(fam, spec)
         threading.Timer(2.0, os.kill, (eng.proc.pid, signal.SIGKILL)).start()
-        ctx.call(fam, spec, "decode", tokens=100000, reps=50)
+        # each rep fits in max_model_len (8192): a longer one ends short and is refused before the
+        # kill on a fast machine; enough reps that the kill always lands mid-decode
+        ctx.call(fam, spec, "decode", tokens=8000, reps=100000)
         return Measurement({"x": 1.0})
 
     def pytest_voiceperf_add_probes(registry):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_voiceperf import models
+from pytest_voiceperf.probes import Unmeasured
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 HAS_LLAMACPP = importlib.util.find_spec("llama_cpp") is not None and importlib.util.find_spec("gguf") is not None
@@ -252,7 +253,6 @@ def test_half_precision_of_a_large_model_is_refused_on_a_cpu_that_emulates_it(mo
     # AVX2 only: vLLM ran qwen3-0.6b in bfloat16 at ~5 GFLOP/s, a 1,024-token prefill took minutes
     from types import SimpleNamespace
 
-    from pytest_voiceperf.probes import Unmeasured
     from pytest_voiceperf.probes.llm import _emulated_half_check as check
 
     monkeypatch.delenv("VOICEPERF_EMULATED_HALF", raising=False)
@@ -293,7 +293,7 @@ def test_a_decode_warm_up_runs_the_batch_with_short_prompts_and_a_later_round_on
     from pytest_voiceperf.engines.vllm_engine import Engine
 
     e = object.__new__(Engine)
-    e._shapes, e.vocab, e._next_seed = set(), 1000, lambda: 0
+    e._shapes, e.vocab, e._next_seed, e.max_model_len = set(), 1000, lambda: 0, 8192
     runs = []
 
     def run(prompts, n):
@@ -306,6 +306,10 @@ def test_a_decode_warm_up_runs_the_batch_with_short_prompts_and_a_later_round_on
     e.decode(tokens=16, reps=1, batch=8)
     e.decode(tokens=16, reps=1, batch=4, prompt_len=2)
     assert runs == [(8, {4}, 4), (8, {32}, 16), (1, {4}, 4), (8, {32}, 16), (4, {2}, 4), (4, {2}, 16)]
+    # a request that cannot fit is refused before it runs: vLLM would stop it short of the tokens asked
+    with pytest.raises(Unmeasured, match="exceeds max_model_len 8192"):
+        e.decode(tokens=8161, reps=1)
+    assert len(runs) == 6
 
 
 def test_decode_vllm_figures_and_clock_agreement(pytester):

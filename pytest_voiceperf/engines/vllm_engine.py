@@ -254,6 +254,9 @@ class Engine:
     def decode(self, tokens: int = 128, reps: int = 5, batch: int = 1, prompt_len: int = 32, warmup: int = 1) -> dict:
         """Per-request decode tok/s at ``batch`` concurrent requests, both clocks, raw samples."""
         tokens, reps, batch, prompt_len = int(tokens), int(reps), int(batch), int(prompt_len)
+        if prompt_len + tokens > self.max_model_len:
+            raise Unmeasured(f"prompt of {prompt_len} plus {tokens} generated tokens exceeds max_model_len "
+                             f"{self.max_model_len}: vLLM would stop the request short")
         # The warm-up builds the kernels (CPU) and meets the graphs (CUDA) of a decode step at this batch,
         # with short prompts: the measured run's own prefill is not timed (first token to last), and
         # 32-token prompts made it a second full prefill (AVX2 CPU, bfloat16: 56 s at 16 requests).
