@@ -61,18 +61,20 @@ def write_gguf(path: str, cfg: dict, quant: str = "q4_0", seed: int = 0) -> dict
     w.add_eos_token_id(V - 1)
     sizes: dict[str, int] = {}
 
-    # random bytes straight from the generator (a normal draw per weight took 16 s of the 0.6B's 26 s
-    # f16 write on the 2-core CPU; the rest is the disk)
+    # random integers straight from the generator: a normal draw per weight took 16 s of the 0.6B's
+    # 26 s f16 write on the 2-core CPU, rng.bytes 12 s; rng.integers is ~20x faster than rng.bytes
     def mat(name: str, rows: int, cols: int):
         if qtype == gguf.GGMLQuantizationType.F16:
             # random sign and mantissa, exponent fixed: |w| in [2^-7, 2^-6), no zero, NaN or subnormal
-            bits = np.frombuffer(rng.bytes(2 * rows * cols), dtype=np.uint16).reshape(rows, cols)
-            data = ((bits & 0x83FF) | (8 << 10)).view(np.float16)
+            bits = rng.integers(0, 1 << 16, (rows, cols), dtype=np.uint16)
+            bits &= 0x83FF  # in place: new arrays cost page faults (3 s of the embedding here)
+            bits |= 8 << 10
+            data = bits.view(np.float16)
             w.add_tensor(name, data)
         else:
             bs, ts = gguf.GGML_QUANT_SIZES[qtype]  # weights per block, bytes per block
             nblk = cols // bs
-            blocks = np.frombuffer(rng.bytes(rows * nblk * ts), dtype=np.uint8).reshape(rows, nblk, ts).copy()
+            blocks = rng.integers(0, 1 << 8, (rows, nblk, ts), dtype=np.uint8)
             scale = np.frombuffer(np.float16(0.002 if quant == "q4_0" else 0.0002).tobytes(), dtype=np.uint8)
             blocks[:, :, 0:2] = scale  # the fp16 block scale (first 2 bytes of each block)
             data = blocks.reshape(rows, nblk * ts)
