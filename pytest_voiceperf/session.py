@@ -260,6 +260,8 @@ class VoiceperfSession:
         self.results: list[CaseResult] = []
         self.models_used: dict[str, dict] = {}
         self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
+        self._case_serial = 0
+        self._case_round: tuple | None = None  # (case serial, round) whose rounds are being taken
         self._memo: dict[str, dict] = {}  # store -> key -> (round serial, value): see remember()
         self._scratch: str | None = None
         self.started = time.time()
@@ -390,6 +392,7 @@ class VoiceperfSession:
             raise
         pr.records.append(rec)
         pr.rounds.append(m)
+        pr.taken_in.append(self._case_round)
         pr.aggregated = None
 
     def check_ceilings(self, name: str, m: Measurement, ctx: ProbeContext) -> None:
@@ -487,16 +490,20 @@ class VoiceperfSession:
         started = time.monotonic()
         n = n_min
         futility = ""
+        self._case_serial += 1
+        first = self._first_rounds(claim, calls, case.name)
         try:
             while True:
                 # round-major: round r of every probe of the case before round r+1 of any (interleaved)
                 for r in range(n):
+                    self._case_round = (self._case_serial, r)
                     for call in calls:
-                        self.measure_round(call.probe, call.args, ctx, r)
+                        self.measure_round(call.probe, call.args, ctx, first[call.alias] + r)
                         if time.monotonic() > deadline:
                             raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
                                               "was hit")
-                ev = self._evaluate(claim, calls, names, n, exact)
+                self._case_round = None
+                ev = self._evaluate(claim, calls, names, n, exact, first)
                 if ev["decision"] != "inconclusive" or ev["deterministic"]:
                     break
                 spent = time.monotonic() - started
@@ -511,7 +518,8 @@ class VoiceperfSession:
                               f"{claim.expect.describe()} after {n} rounds; one more round")
                 n += 1
         finally:
-            self._record_probes(calls, result)
+            self._case_round = None
+            self._record_probes(calls, result, first)
         result.value = ev["value"]
         result.round_values = ev["round_values"]
         result.samples = ev["round_values"]
@@ -541,7 +549,44 @@ class VoiceperfSession:
             raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
                                 f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")
 
-    def _record_probes(self, calls, result: CaseResult) -> None:
+    def _first_rounds(self, claim, calls, name: str) -> dict[str, int]:
+        """Which round of each probe the case's round 0 uses (round r uses first + r).
+
+        A metric that combines timed figures of several probes pairs their rounds; a shared probe's
+        earlier rounds were taken beside other probes, maybe minutes before (a CPU decode 14% faster
+        then than the case's own decode a minute later, all rounds alike: a tight interval and a
+        verdict the next run reversed). So such a case reuses earlier rounds only when they were
+        taken together, round by round (the same rounds of one earlier case, the last each probe has);
+        otherwise it takes its own rounds of every timed probe, interleaved. Outputs declared exact
+        (counts) and probes without samples pair with any round."""
+        first = {c.alias: 0 for c in calls}
+        refs = expr.references(claim.metric)
+        timed = []
+        for c in calls:
+            spec = self.registry.get(c.probe)
+            exact = spec.exact if spec is not None else frozenset()
+            if not any(a == c.alias and out not in exact for a, out in refs):
+                continue
+            pr = self.probed(c.probe, c.args)
+            if pr is not None and pr.rounds and pr.deterministic:
+                continue
+            timed.append((c.alias, pr))
+        held = [(a, pr) for a, pr in timed if pr is not None and pr.rounds]
+        if len(timed) < 2 or not held:
+            return first
+        tags = min((pr.taken_in for _, pr in held), key=len)
+        if len(held) == len(timed) and None not in tags and all(pr.taken_in[len(pr.taken_in) - len(tags):] == tags
+                                                                 for _, pr in held):
+            for a, pr in held:  # taken together: the case goes on from their common rounds
+                first[a] = len(pr.rounds) - len(tags)
+            return first
+        for a, pr in held:
+            first[a] = len(pr.rounds)
+        self.progress(f"{name}: new rounds of {', '.join(a for a, _ in held)} beside the case's other probes "
+                      "(their earlier rounds were taken with other probes)")
+        return first
+
+    def _record_probes(self, calls, result: CaseResult, first: dict | None = None) -> None:
         for call in calls:
             pr = self.probed(call.probe, call.args)
             if pr is None:
@@ -554,7 +599,8 @@ class VoiceperfSession:
             result.probes[call.alias] = {"probe": call.probe, "args": call.args,
                                          "call": self._key(call.probe, call.args), "values": m.values,
                                          "samples": m.samples, "info": m.info,
-                                         "units": dict(spec.outputs) if spec else {}}
+                                         "units": dict(spec.outputs) if spec else {},
+                                         "first_round": (first or {}).get(call.alias, 0)}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
@@ -569,15 +615,17 @@ class VoiceperfSession:
         refs = expr.references(metric)
         return bool(refs) and all(out in exact.get(a, frozenset()) for a, out in refs)
 
-    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool) -> dict:
+    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool, first: dict | None = None) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
         probed = [(c.alias, self._probed(c.probe, c.args)) for c in calls]
+        first = first or {}
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
         for r in range(rounds):
-            outs = {a: pr.rounds[min(r, len(pr.rounds) - 1)].values for a, pr in probed}
-            samp = {a: pr.rounds[min(r, len(pr.rounds) - 1)].samples for a, pr in probed}
+            at = {a: pr.rounds[min(first.get(a, 0) + r, len(pr.rounds) - 1)] for a, pr in probed}
+            outs = {a: m.values for a, m in at.items()}
+            samp = {a: m.samples for a, m in at.items()}
             try:
                 v = expr.evaluate(claim.metric, names, outs)
             except expr.ExprError as exc:
@@ -726,6 +774,7 @@ class Probed:
         self.rounds: list[Measurement] = []
         self.records: list[dict] = []  # per clean round: wall time, other CPU load, GPU state
         self.dropped: list[dict] = []  # disturbed rounds: their records with the causes
+        self.taken_in: list[tuple | None] = []  # per clean round: (case serial, case round) that took it
         self.attempts = 0
         self.aggregated: Measurement | None = None
 

@@ -334,8 +334,9 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert rl["outcome"] == "passed" and 0 < rl["value"] <= 1.0
     # info is the probe's last round: its ceiling check divides that round's implied bandwidth by the
     # best read-bandwidth round measured so far (a ceiling is what the hardware can do). The metric
-    # pairs round i of the decode with round i of the bandwidth probe; the decode is shared with
-    # t-decode-agrees, which may have asked for more rounds than this case used
+    # pairs the decode's round first + i with the bandwidth probe's round first + i; the decode is
+    # shared with t-decode-agrees, whose rounds were taken without the bandwidth probe, so this case
+    # took rounds of its own (first_round > 0) beside its bandwidth rounds
     chk = rl["probes"]["d"]["info"]["ceilings"]["read_bw"]
     tok_rounds = rl["probes"]["d"]["samples"]["tok_s"]
     read_bytes = rl["probes"]["d"]["values"]["read_bytes"]
@@ -343,9 +344,10 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert chk["ratio"] == pytest.approx(chk["implied"] / chk["ceiling"])
     bw_rounds = rl["probes"]["rd"]["samples"]["read_bw"]
     assert min(bw_rounds) <= chk["ceiling"] <= max(bw_rounds)
-    assert 1 <= len(rl["round_values"]) <= min(len(tok_rounds), len(bw_rounds))
+    fd, fb = rl["probes"]["d"]["first_round"], rl["probes"]["rd"]["first_round"]
+    assert 1 <= len(rl["round_values"]) <= min(len(tok_rounds) - fd, len(bw_rounds) - fb)
     for i, got in enumerate(rl["round_values"]):
-        assert got == pytest.approx(tok_rounds[i] * read_bytes / bw_rounds[i], rel=1e-6)
+        assert got == pytest.approx(tok_rounds[fd + i] * read_bytes / bw_rounds[fb + i], rel=1e-6)
     prov = doc["provenance"]
     assert any(e["family"] == "vllm" for e in prov["engines"])
     res.stdout.fnmatch_lines(["*PASS*t-decode-agrees*"])

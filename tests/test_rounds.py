@@ -399,6 +399,35 @@ def test_a_metric_of_counts_takes_one_round(pytester):
     assert r["timed"]["rounds"] >= 3 and r["timed"]["probes"]["c"]["info"]["rounds"] >= 3
 
 
+def test_a_ratio_of_timed_probes_pairs_rounds_taken_together(pytester):
+    """A metric dividing two timed probes pairs their rounds; a shared probe's earlier rounds, taken
+    without the other probe, are not paired with the other's new ones: the case takes its own rounds
+    of both, interleaved. A later case with the same two probes goes on from those common rounds."""
+    pytester.makeconftest(COUNT_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("alone", "c.t", "{max: 1.0}", "c: {probe: t.count, frames: 12}"))
+    pair = "c: {probe: t.count, frames: 12}\n          e: {probe: t.count, frames: 13}"  # helpers.claim dedents by 8
+    write(pytester, "b.yaml", claim("pair", "c.t / e.t", "{max: 100}", pair))
+    write(pytester, "c.yaml", claim("pair-again", "c.t / e.t", "{max: 100}", pair))
+    write(pytester, "d.yaml", claim("counts", "c.frames / e.frames", "{max: 100}", pair))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=4)
+    r = results(pytester)
+    n = r["alone"]["rounds"]
+    assert r["alone"]["probes"]["c"]["first_round"] == 0
+    assert r["pair"]["probes"]["c"]["first_round"] == n and r["pair"]["probes"]["e"]["first_round"] == 0
+    res.stdout.fnmatch_lines(["*pair: new rounds of c beside the case's other probes*"])
+    # each round of the ratio is c's round taken beside e's round of the same index
+    c_rounds, e_rounds = r["pair"]["probes"]["c"]["samples"]["t"], r["pair"]["probes"]["e"]["samples"]["t"]
+    assert len(c_rounds) == n + r["pair"]["rounds"]
+    for i, v in enumerate(r["pair"]["round_values"]):
+        assert v == pytest.approx(c_rounds[n + i] / e_rounds[i])
+    again = r["pair-again"]
+    assert again["probes"]["c"]["first_round"] == n and again["probes"]["e"]["first_round"] == 0
+    # counts pair with any round: no new rounds for a metric of exact outputs
+    assert r["counts"]["probes"]["c"]["first_round"] == 0 and r["counts"]["rounds"] == 1
+
+
 def test_the_gate_compares_exact_figures_as_they_are():
     from pytest_voiceperf.gate import compare_result
 
