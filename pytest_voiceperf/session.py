@@ -492,12 +492,14 @@ class VoiceperfSession:
         futility = ""
         self._case_serial += 1
         first = self._first_rounds(claim, calls, case.name)
+        # probes new to the case first: one that cannot run here ends it before shared ones run again
+        order = sorted(calls, key=lambda c: first[c.alias] > 0)
         try:
             while True:
                 # round-major: round r of every probe of the case before round r+1 of any (interleaved)
                 for r in range(n):
                     self._case_round = (self._case_serial, r)
-                    for call in calls:
+                    for call in order:
                         self.measure_round(call.probe, call.args, ctx, first[call.alias] + r)
                         if time.monotonic() > deadline:
                             raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
@@ -560,6 +562,8 @@ class VoiceperfSession:
         otherwise it takes its own rounds of every timed probe, interleaved. Outputs declared exact
         (counts) and probes without samples pair with any round."""
         first = {c.alias: 0 for c in calls}
+        if any(isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured) for c in calls):
+            return first  # the case ends at that probe
         refs = expr.references(claim.metric)
         timed = []
         for c in calls:

@@ -399,20 +399,34 @@ def test_a_metric_of_counts_takes_one_round(pytester):
     assert r["timed"]["rounds"] >= 3 and r["timed"]["probes"]["c"]["info"]["rounds"] >= 3
 
 
+NEVER_PROBE = """@probe("t.never", outputs={"t": "s"})
+def never(ctx):
+    from pytest_voiceperf.probes import Unmeasured
+    raise Unmeasured("no such thing here")
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(never.voiceperf_probe)"""
+
+
 def test_a_ratio_of_timed_probes_pairs_rounds_taken_together(pytester):
     """A metric dividing two timed probes pairs their rounds; a shared probe's earlier rounds, taken
     without the other probe, are not paired with the other's new ones: the case takes its own rounds
     of both, interleaved. A later case with the same two probes goes on from those common rounds."""
-    pytester.makeconftest(COUNT_PROBE)
+    pytester.makeconftest(COUNT_PROBE.replace("def pytest_voiceperf_add_probes(registry):", NEVER_PROBE))
     pytester.mkdir("claims")
     write(pytester, "a.yaml", claim("alone", "c.t", "{max: 1.0}", "c: {probe: t.count, frames: 12}"))
     pair = "c: {probe: t.count, frames: 12}\n          e: {probe: t.count, frames: 13}"  # helpers.claim dedents by 8
     write(pytester, "b.yaml", claim("pair", "c.t / e.t", "{max: 100}", pair))
     write(pytester, "c.yaml", claim("pair-again", "c.t / e.t", "{max: 100}", pair))
     write(pytester, "d.yaml", claim("counts", "c.frames / e.frames", "{max: 100}", pair))
+    # a probe that cannot run here ends its case before the shared probe is measured again
+    never = "c: {probe: t.count, frames: 12}\n          z: {probe: t.never}"
+    write(pytester, "e.yaml", claim("never", "c.t / z.t", "{max: 100}", never))
     res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
     res.assert_outcomes(passed=4)
     r = results(pytester)
+    assert r["never"]["outcome"] == "unmeasured" and "no such thing here" in r["never"]["reason"]
+    assert r["never"]["probes"]["c"]["info"]["rounds"] == r["pair-again"]["probes"]["c"]["info"]["rounds"]
     n = r["alone"]["rounds"]
     assert r["alone"]["probes"]["c"]["first_round"] == 0
     assert r["pair"]["probes"]["c"]["first_round"] == n and r["pair"]["probes"]["e"]["first_round"] == 0
