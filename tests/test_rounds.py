@@ -411,7 +411,8 @@ def pytest_voiceperf_add_probes(registry):
 def test_a_ratio_of_timed_probes_pairs_rounds_taken_together(pytester):
     """A metric dividing two timed probes pairs their rounds; a shared probe's earlier rounds, taken
     without the other probe, are not paired with the other's new ones: the case takes its own rounds
-    of both, interleaved. A later case with the same two probes goes on from those common rounds."""
+    of both, interleaved. A later case with the same two probes goes on from those common rounds, and
+    a case with a probe that cannot run here ends before the shared probe is measured again."""
     pytester.makeconftest(COUNT_PROBE.replace("def pytest_voiceperf_add_probes(registry):", NEVER_PROBE))
     pytester.mkdir("claims")
     write(pytester, "a.yaml", claim("alone", "c.t", "{max: 1.0}", "c: {probe: t.count, frames: 12}"))
