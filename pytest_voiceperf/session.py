@@ -504,7 +504,6 @@ class VoiceperfSession:
                         if time.monotonic() > deadline:
                             raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
                                               "was hit")
-                self._case_round = None
                 ev = self._evaluate(claim, calls, names, n, exact, first)
                 if ev["decision"] != "inconclusive" or ev["deterministic"]:
                     break
@@ -564,12 +563,10 @@ class VoiceperfSession:
         first = {c.alias: 0 for c in calls}
         if any(isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured) for c in calls):
             return first  # the case ends at that probe
-        refs = expr.references(claim.metric)
+        reads_timed = self._timed_aliases(claim.metric, calls)
         timed = []
         for c in calls:
-            spec = self.registry.get(c.probe)
-            exact = spec.exact if spec is not None else frozenset()
-            if not any(a == c.alias and out not in exact for a, out in refs):
+            if c.alias not in reads_timed:
                 continue
             pr = self.probed(c.probe, c.args)
             if pr is not None and pr.rounds and pr.deterministic:
@@ -590,7 +587,7 @@ class VoiceperfSession:
                       "(their earlier rounds were taken with other probes)")
         return first
 
-    def _record_probes(self, calls, result: CaseResult, first: dict | None = None) -> None:
+    def _record_probes(self, calls, result: CaseResult, first: dict[str, int]) -> None:
         for call in calls:
             pr = self.probed(call.probe, call.args)
             if pr is None:
@@ -604,7 +601,7 @@ class VoiceperfSession:
                                          "call": self._key(call.probe, call.args), "values": m.values,
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {},
-                                         "first_round": (first or {}).get(call.alias, 0)}
+                                         "first_round": first[call.alias]}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
@@ -612,22 +609,24 @@ class VoiceperfSession:
         """The claim's run-to-run floor of a timed figure's interval (relative), else the session's."""
         return claim.rounds.floor if claim.rounds.floor is not None else self.options.noise_floor
 
+    def _timed_aliases(self, metric: str, calls) -> set[str]:
+        """The calls whose outputs the metric reads include one not declared exact (a timing)."""
+        exact = {c.alias: (spec.exact if (spec := self.registry.get(c.probe)) else frozenset()) for c in calls}
+        return {a for a, out in expr.references(metric) if out not in exact.get(a, frozenset())}
+
     def _exact_metric(self, metric: str, calls) -> bool:
         """True when the metric reads only outputs its probes declare exact (counts of a deterministic
         computation: frames, FLOPs, bytes, calls)."""
-        exact = {c.alias: (spec.exact if (spec := self.registry.get(c.probe)) else frozenset()) for c in calls}
-        refs = expr.references(metric)
-        return bool(refs) and all(out in exact.get(a, frozenset()) for a, out in refs)
+        return bool(expr.references(metric)) and not self._timed_aliases(metric, calls)
 
-    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool, first: dict | None = None) -> dict:
+    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool, first: dict[str, int]) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
         probed = [(c.alias, self._probed(c.probe, c.args)) for c in calls]
-        first = first or {}
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
         for r in range(rounds):
-            at = {a: pr.rounds[min(first.get(a, 0) + r, len(pr.rounds) - 1)] for a, pr in probed}
+            at = {a: pr.rounds[min(first[a] + r, len(pr.rounds) - 1)] for a, pr in probed}
             outs = {a: m.values for a, m in at.items()}
             samp = {a: m.samples for a, m in at.items()}
             try:
