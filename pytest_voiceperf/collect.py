@@ -92,14 +92,13 @@ class ClaimItem(pytest.Item):
         for call in self.case.calls():
             spec = state.registry.get(call.probe)
             if spec is not None and spec.engine:
-                if getattr(spec, "engine_key", None) is not None:
-                    try:
-                        return f"{spec.engine}:{spec.engine_key({**spec.params, **call.args})}"
-                    except Exception as exc:
-                        self.problem = self.problem or (
-                            f"{self._at('measure')}: probe {call.probe} cannot name the engine for arguments "
-                            f"{call.args}: {type(exc).__name__}: {exc}; check the argument types")
-                return f"{spec.engine}:{call.args.get('model', '')}"
+                try:
+                    return spec.instance(call.args) or ""
+                except Exception as exc:
+                    self.problem = self.problem or (
+                        f"{self._at('measure')}: probe {call.probe} cannot name the engine for arguments "
+                        f"{call.args}: {type(exc).__name__}: {exc}; check the argument types")
+                    return f"{spec.engine}:{call.args.get('model', '')}"
         return ""
 
     def in_profile(self, profile: str, device: str) -> bool:

@@ -443,6 +443,44 @@ def test_a_ratio_of_timed_probes_pairs_rounds_taken_together(pytester):
     assert r["counts"]["probes"]["c"]["first_round"] == 0 and r["counts"]["rounds"] == 1
 
 
+ENGINE_PAIR_PROBE = '''
+import random
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.on", outputs={"t": "s"}, engine="selftest")
+def on(ctx, model: str = "a"):
+    r = ctx.call("selftest", {"model": model}, "echo", value=1.0, n=1)
+    ts = [0.01 * (1 + random.random()) for _ in range(3)]
+    return Measurement({"t": sorted(ts)[1]}, samples={"t": ts}, info={"pid": r["pid"]})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(on.voiceperf_probe)
+'''
+
+
+def test_a_ratio_of_probes_on_two_engines_takes_each_engines_rounds_in_one_block(pytester):
+    """With one engine live at a time, interleaving the rounds of probes on two engines would start
+    both engines once per round; the case takes one engine's rounds, then the other's, and still
+    pairs them round by round."""
+    pytester.makeconftest(ENGINE_PAIR_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("alone", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
+    pair = "a: {probe: t.on, model: a}\n          b: {probe: t.on, model: b}"
+    write(pytester, "b.yaml", claim("pair", "a.t / b.t", "{max: 100}", pair))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["*pair: rounds taken one engine at a time (2 engines, 1 live at once)*"])
+    r = results(pytester)
+    n = r["alone"]["rounds"]
+    # a for the first case, then b's rounds and a's new ones: three starts (interleaved: 1 + 2 per round)
+    doc = json.loads((pytester.path / "o.json").read_text())
+    assert [e["spec"]["model"] for e in doc["provenance"]["engines"]] == ["a", "b", "a"]
+    a_rounds, b_rounds = r["pair"]["probes"]["a"]["samples"]["t"], r["pair"]["probes"]["b"]["samples"]["t"]
+    assert r["pair"]["probes"]["a"]["first_round"] == n and len(a_rounds) == n + r["pair"]["rounds"]
+    for i, v in enumerate(r["pair"]["round_values"]):
+        assert v == pytest.approx(a_rounds[n + i] / b_rounds[i])
+
+
 def test_the_gate_compares_exact_figures_as_they_are():
     from pytest_voiceperf.gate import compare_result
 

@@ -80,6 +80,15 @@ class ProbeSpec:
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
 
+    def instance(self, args: dict) -> str | None:
+        """The engine instance a call with ``args`` needs ("family:key"), None for an in-process
+        probe. Raises what ``engine_key`` raises on arguments it cannot read."""
+        if not self.engine:
+            return None
+        if self.engine_key is not None:
+            return f"{self.engine}:{self.engine_key({**self.params, **args})}"
+        return f"{self.engine}:{args.get('model', '')}"
+
 
 class DuplicateProbe(ValueError):
     """Two different functions register the same probe name."""
