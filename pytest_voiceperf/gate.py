@@ -90,7 +90,8 @@ def figures(result: ResultRecord | dict, all_figures: bool = False) -> list[Figu
             names = names[:1]
         for name in names:
             key = f"{_call(p)}.{name}"
-            exact = rounds_ok and not p.samples.get(name)  # a probe without samples is deterministic
+            # a declared count, or any output of a probe without samples (deterministic)
+            exact = rounds_ok and (name in p.exact or not p.samples.get(name))
             out.append((f"{alias}.{name} [{p.units[name]}]", key, list(p.samples.get(name) or []) if rounds_ok else [],
                         p.values.get(name), bool(direction_of_unit(p.units[name])), exact))
     return out

@@ -30,6 +30,9 @@ class ProbeRecord(BaseModel):
     samples: dict[str, list[Any]] = Field(default_factory=dict, description="output -> the round figures")
     info: dict[str, Any] = Field(default_factory=dict, description="what the probe reports beside its figures")
     units: dict[str, str] = Field(default_factory=dict, description="output -> unit")
+    exact: list[str] = Field(default_factory=list, description="the outputs the probe declares exact (counts of a "
+                                                             "deterministic computation): the gate compares them "
+                                                             "as they are, its timings only over rounds")
     first_round: int = Field(0, description="the probe's round (0-based, of all its rounds this session) that the "
                                             "case's first round used; round r used first_round + r. Above 0 when "
                                             "the case took its own rounds of a shared probe, because the earlier "

@@ -629,6 +629,7 @@ class VoiceperfSession:
                                          "call": self._key(call.probe, call.args), "values": m.values,
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {},
+                                         "exact": sorted(spec.exact) if spec else [],
                                          "first_round": first[call.alias]}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance

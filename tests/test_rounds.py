@@ -549,3 +549,26 @@ def test_a_default_spelled_out_or_left_off_is_one_probe_call(pytester):
     r = results(pytester)
     calls = [rv["probes"]["c"]["info"]["calls"] for rv in r.values()]
     assert r["spelled"]["rounds"] == r["left-off"]["rounds"] == 3 and calls == [3, 3]
+
+
+def test_a_one_round_timing_beside_counts_is_not_compared_as_a_count():
+    """A case decided by counts takes one round; its probe's timing from that round is not a count.
+    Same code twice on the CPU: asr.buffered's RTF 0.81 -> 0.91 was gated "regressed" as an exact
+    figure, because a probe without repetition samples was taken as deterministic."""
+    from pytest_voiceperf.gate import compare_result
+
+    def run(rtf):
+        return {"nodeid": "x", "value": 3.0, "samples": [3.0], "rounds": 1, "higher_is_better": True,
+                "ci_method": "exact: the metric is made of counts (frames, FLOPs, bytes, calls), not timings",
+                "outcome": "passed", "probes": {"buf": {
+                    "probe": "asr.buffered", "values": {"rtf": rtf, "window_s": 4.64},
+                    "samples": {"rtf": [rtf], "window_s": [4.64]}, "exact": ["window_s"],
+                    "units": {"rtf": "RTF", "window_s": "s"}}}}
+
+    got = {c.figure: c for c in compare_result(run(0.81), run(0.91), 0.1, 0.05, all_figures=True)}
+    assert got["metric"].verdict == "unchanged"
+    assert got["buf.rtf [RTF]"].verdict == "untestable"  # one round of a timing: nothing to compare
+    changed = run(0.81)
+    changed["probes"]["buf"]["values"]["window_s"] = changed["probes"]["buf"]["samples"]["window_s"][0] = 5.5
+    got = {c.figure: c for c in compare_result(run(0.81), changed, 0.1, 0.05, all_figures=True)}
+    assert got["buf.window_s [s]"].verdict == "regressed"  # declared exact: compared as it is, one round
