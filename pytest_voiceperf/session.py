@@ -607,12 +607,12 @@ class VoiceperfSession:
                 inst = None  # a light engine stays live beside the others
             groups.setdefault(inst, []).append(c)
         heavy = [k for k in groups if k is not None]
-        if len(heavy) <= max(1, self.options.max_live_engines):
+        live = max(1, self.options.max_live_engines)
+        if len(heavy) <= live:
             return [order]
         blocks = [list(groups[k]) for k in heavy]
         blocks[0][:0] = groups.get(None, [])
-        self.progress(f"{name}: rounds taken one engine at a time ({len(heavy)} engines, "
-                      f"{self.options.max_live_engines} live at once)")
+        self.progress(f"{name}: rounds taken one engine at a time ({len(heavy)} engines, {live} live at once)")
         return blocks
 
     def _record_probes(self, calls, result: CaseResult, first: dict[str, int]) -> None:

@@ -318,9 +318,8 @@ def buffered(ctx, chunk_ms: int = 0, right_context: int | None = None, model: st
     info = _engine_info(ctx, spec)
     info.update({"audio": au, "method": r["method"], "rtf_runs": r["rtf_runs"],
                  "flops_offline": r["flops_offline"], "frames_offline": r["frames_offline"]})
-    # the timing keeps its samples even from one repetition: a probe without samples is taken as
-    # deterministic, and the gate then compared this RTF between two runs as if it were a count
-    # (0.81 -> 0.91 on the CPU, same code: "regressed")
+    # the RTF keeps its samples even from one repetition: a probe without samples is deterministic
+    # (one round stands for every round, and the gate compares its outputs as counts)
     return Measurement({k: float(v) for k, v in values.items()}, samples={"rtf": list(r["rtf_runs"])}, info=info)
 
 
