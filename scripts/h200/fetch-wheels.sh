@@ -14,6 +14,9 @@ for set in "$@"; do
       --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       --platform manylinux_2_31_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 \
       -d ".whl/$set" "$name==$ver" 2>&1 | grep -v "is ignored" || true
+    # a pure-Python wheel PyPI does not have (antlr4 4.9.3, only an sdist there): build it here
+    case "$f" in *-py3-none-any.whl) [ -e ".whl/$set/$f" ] || .venv/bin/pip wheel -q --no-deps \
+      "$(echo "$name" | tr _ -)==$ver" -w ".whl/$set" 2>&1 | grep -v "is ignored" || true;; esac
   done
   du -sh ".whl/$set"
 done
