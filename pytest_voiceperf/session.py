@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import expr, models, provenance, stats, timing
 from .claims import Case
-from .engines import EnginePool, caches, families
+from .engines import EnginePool, caches, is_light
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, call_key, spread
 from .verdict import fmt_value, judge
 
@@ -595,7 +595,6 @@ class VoiceperfSession:
         the first). Interleaved, each round would start every engine again: on the H200 the bf16 and
         FP8 engines of `llm-precision-speedup` started 6-8 times per case (100-144 s against 37-47 s).
         The rounds of one case are still paired round by round, taken minutes apart at most."""
-        light = {n for n, f in families().items() if f.light}
         groups: dict[str | None, list] = {}
         for c in order:
             spec = self.registry.get(c.probe)
@@ -603,7 +602,7 @@ class VoiceperfSession:
                 inst = spec.instance(c.args) if spec is not None else None
             except Exception:  # the probe reports its bad arguments when it runs
                 inst = None
-            if inst is not None and inst.split(":", 1)[0] in light:
+            if inst is not None and is_light(inst.split(":", 1)[0]):
                 inst = None  # a light engine stays live beside the others
             groups.setdefault(inst, []).append(c)
         heavy = [k for k in groups if k is not None]

@@ -313,7 +313,8 @@ class EngineProcess:
             pass
 
 
-def _is_light(family: str) -> bool:
+def is_light(family: str) -> bool:
+    """The family holds no device memory or threads while idle (see Family.light); unknown names are heavy."""
     fam = families().get(family)
     return bool(fam and fam.light)
 
@@ -352,8 +353,8 @@ class EnginePool:
             eng.kill()
             self._live.pop(k, None)
         reuse = None
-        if not _is_light(family):
-            heavy = [key for key, live in self._live.items() if not _is_light(live.family)]
+        if not is_light(family):
+            heavy = [key for key, live in self._live.items() if not is_light(live.family)]
             reusable = families()[family].reuse_worker  # check_available above: the family exists
             while len(heavy) >= self.max_live:
                 old = self._live.pop(heavy.pop(0))
