@@ -273,6 +273,82 @@ def test_half_precision_of_a_large_model_is_refused_on_a_cpu_that_emulates_it(mo
         check(cpu, big, "bfloat16", isa)
 
 
+class _FakeSession:
+    """What the batch sweep keeps for the session (ProbeContext.session's remember/remembers)."""
+
+    def __init__(self):
+        self.memo: dict = {}
+
+    def remember(self, store, key, fn):
+        memo = self.memo.setdefault(store, {})
+        if key not in memo:
+            memo[key] = fn()
+        return memo[key]
+
+    def remembers(self, store, key):
+        return key in self.memo.get(store, {})
+
+
+class _FakeEngineCtx:
+    """One round of llm.crossover on an engine whose total tok/s per batch size is a table."""
+    device = "cpu"
+
+    def __init__(self, session, totals: dict[int, list[float]], attempt: int):
+        self.session, self.totals, self.attempt, self.calls = session, totals, attempt, []
+
+    def progress(self, msg):
+        pass
+
+    def probe(self, name, **args):
+        from pytest_voiceperf.probes import llm
+
+        assert name == "llm.batch"
+        return llm.batch(self, **args)
+
+    def engine(self, fam, spec):
+        return type("E", (), {"info": {"weight_bytes": 1e6, "bytes_per_linear_weight": 2,
+                                       "params": {"total": 10**6, "non_embedding": 5 * 10**5}}})()
+
+    def call(self, fam, spec, method, concurrency, tokens, reps, prompt_len):
+        self.calls.append(concurrency)
+        t = self.totals[concurrency]
+        return {"total_tok_s": t, "tok_s": [x / concurrency for x in t]}
+
+
+def _crossover_rounds(monkeypatch, tables: list[dict], at: int = 4):
+    from pytest_voiceperf.probes import llm
+
+    monkeypatch.setattr(llm, "_spec", lambda ctx, *a, **k: ("vllm", {"model": "m"}, {"dummy": True, "config": None}))
+    session, out = _FakeSession(), []
+    for attempt, totals in enumerate(tables):
+        ctx = _FakeEngineCtx(session, totals, attempt)
+        out.append((llm.crossover(ctx, model="m", at=at, max_batch=64, tokens=16, reps=2), ctx.calls))
+    return out
+
+
+def test_a_later_round_of_the_crossover_measures_the_first_sweeps_saturated_batch_again(monkeypatch):
+    # the first sweep peaks at 8 (flat at 16 and 32). A later round measures 1 and ``at`` (4) again;
+    # its batch 4 (700) beats the first sweep's peak (600), yet b* stays 8, measured again by the
+    # crossover itself: each round's figure is its own total at b* over its own at batch 1, per repetition
+    first = {1: [100.0, 100.0], 2: [190.0, 190.0], 4: [350.0, 350.0], 8: [600.0, 600.0], 16: [590.0, 590.0],
+             32: [580.0, 580.0]}
+    later = {1: [105.0, 115.0], 4: [700.0, 700.0], 8: [630.0, 690.0]}
+    (m0, calls0), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
+    assert calls0 == [1, 2, 4, 8, 16, 32] and calls1 == [1, 4, 8]
+    assert m0.values["crossover"] == pytest.approx(6.0) and m0.samples["crossover"] == pytest.approx([6.0, 6.0])
+    assert m0.info["measured_batches"] == [1, 2, 4, 8, 16, 32]
+    assert m1.values["saturated_at"] == 8 and m1.info["saturated_from"] == "first sweep"
+    assert m1.values["crossover"] == pytest.approx(660 / 110)  # medians
+    assert m1.samples["crossover"] == pytest.approx([630 / 105, 690 / 115])
+    assert m1.values["total_max"] == 660 and m1.info["measured_batches"] == [1, 4, 8]
+    assert m1.values["gain_last"] == pytest.approx(580 / 590 - 1)  # the first sweep's saturation
+    # b* among the batch sizes llm.batch measured again: no call of the crossover's own
+    first[4], later[4] = [650.0, 650.0], [640.0, 680.0]
+    (_, _), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
+    assert calls1 == [1, 4] and m1.values["saturated_at"] == 4
+    assert m1.samples["crossover"] == pytest.approx([640 / 105, 680 / 115])
+
+
 @needs_vllm
 def test_cpu_kv_cache_is_sized_to_one_longest_request():
     from pytest_voiceperf.engines.vllm_engine import _cpu_kv_gib
@@ -487,6 +563,16 @@ def test_crossover_and_decode_fit(pytester):
             unit: ratio
             expect: {{min: 0}}
             """,
+        "t-cross-early.yaml": f"""
+            id: t-cross-early
+            title: crossover of a sweep that stops early
+            statement: each round measures its own crossover
+            measure:
+              cx: {{probe: llm.crossover, model: {TINY}, at: 2, max_batch: 256, tokens: 16, reps: 1, stop_gain: 1.0}}
+            metric: cx.crossover
+            unit: ratio
+            expect: {{min: 0}}
+            """,
         "t-fit.yaml": f"""
             id: t-fit
             title: decode time model
@@ -504,10 +590,27 @@ def test_crossover_and_decode_fit(pytester):
         assert "did not reach the compute crossover" in cx["reason"]
     else:
         assert cx["outcome"] == "passed" and cx["probes"]["cx"]["values"]["crossover"] >= 1
+        _assert_crossover_rounds(cx, at=4)
+    # the tiny model's total throughput still rose 11% from 128 to 256 requests on a 2-core CPU: a sweep
+    # that stops at the first two doublings short of 2x saturates early, on the same engine (its calls
+    # at 1, 2 and 4 are the other sweep's, memoized), and shows the crossover's rounds wherever it runs
+    early = by["t-cross-early"]
+    assert early["outcome"] == "passed", early["reason"]
+    _assert_crossover_rounds(early, at=2)
     fit = by["t-fit"]
     assert fit["outcome"] in ("passed", "failed"), fit["reason"]
     pts = fit["probes"]["fit"]["info"]["points"]
     assert len(pts) == 2 and pts[1]["bytes"] > pts[0]["bytes"]
+
+
+def _assert_crossover_rounds(r: dict, at: int) -> None:
+    """A figure per round (one round stood for all: the interval was blind to the crossover's spread);
+    the last round measured batch 1, ``at`` and the first sweep's saturated batch again."""
+    p = r["probes"]["cx"]
+    assert r["rounds"] >= 3 and len(p["samples"]["crossover"]) == r["rounds"] == p["info"]["rounds"]
+    assert all(rep["crossover"] for rep in p["info"]["repetitions"])
+    assert set(p["info"]["measured_batches"]) == {1, at, int(p["values"]["saturated_at"])}
+    assert p["info"]["saturated_from"] == "first sweep"
 
 
 @pytest.mark.slow

@@ -16,7 +16,9 @@ case unmeasured: "measurement invalid").
 - ``llm.batch``: concurrency sweep 1, 2, 4, ... (through ``at`` and on until total throughput
   stops rising for two doublings in a row, or ``max_batch``): per-request slowdown, total throughput, achieved FLOP/s.
 - ``llm.crossover``: the batch where decode turns compute-bound, from the sweep: saturated
-  total throughput / batch-1 throughput (the roofline max(bandwidth, compute) model).
+  total throughput / batch-1 throughput (the roofline max(bandwidth, compute) model). Every
+  round gives its own figure: a later round measures again batch 1 and the batch the first
+  sweep saturated at.
 - ``llm.decode_fit``: per-token time = bytes / measured read bandwidth + a fixed overhead,
   across several models or precisions.
 
@@ -343,13 +345,16 @@ def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len
     if later:
         # a later round measures again the two batch sizes a per-request figure needs (1 and ``at``);
         # where the throughput saturates comes from the first round's sweep
-        rows = [dict(r, from_first_sweep=True) for r in rows]
+        # each row keeps the first sweep's total: the saturated batch is chosen from those alone (a fresh
+        # batch 1 or ``at`` beside the others' first-sweep figures would move it from round to round)
+        rows = [dict(r, from_first_sweep=True, first_total_tok_s=r["total_tok_s"]) for r in rows]
         for b in sorted({1, at}):
             r, info = _call(ctx, fam, spec, "batch", concurrency=b, tokens=tokens, reps=reps, prompt_len=prompt_len)
             fresh = {"batch": b, "tok_s": _med(r["tok_s"]), "total_tok_s": _med(r["total_tok_s"]),
                      "tok_s_samples": r["tok_s"], "total_samples": r["total_tok_s"]}
             rows = [dict(row, **fresh, from_first_sweep=False) if row["batch"] == b else row for row in rows]
-    return fam, spec, m, rows, info, dict(tokens=tokens, reps=reps, at=at, max_batch=max_batch, stop_gain=float(stop_gain))
+    return fam, spec, m, rows, info, dict(tokens=tokens, reps=reps, prompt_len=prompt_len, at=at, max_batch=max_batch,
+                                          stop_gain=float(stop_gain))
 
 
 BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "total_1": "tok/s",
@@ -388,33 +393,73 @@ def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bf
                        implies={"read_bw": implied_bw, _matmul_key(spec): values["flops_max"]})
 
 
+def _first_total(row: dict) -> float:
+    return row.get("first_total_tok_s", row["total_tok_s"])
+
+
+def _saturated(rows: list[dict]) -> tuple[dict, bool]:
+    """(the row of the saturated batch b*, whether this round measured it). b* is where the first sweep's
+    total peaked, in every round: a round's crossover is its own total at b* over its own at batch 1."""
+    best = max(rows, key=_first_total)
+    return best, not best.get("from_first_sweep", False)
+
+
+def _ratios(top: list, one: list) -> list[float]:
+    """The crossover per repetition: the i-th total at b* over the i-th at batch 1."""
+    return [t / o for t, o in zip(top, one) if t and o]
+
+
 @probe("llm.crossover", engine="llm", engine_key=_key,
        outputs={"crossover": "requests", "saturated_at": "requests", "gain_last": "fraction",
                 "bytes_per_weight": "B", "flops_max": "FLOP/s", "total_1": "tok/s", "total_max": "tok/s"},
+       exact=("saturated_at", "bytes_per_weight"),
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16",
               quantization: str = "none", at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0,
               prompt_len: int = 32, stop_gain: float = 0.1):
-    """Measured compute crossover: saturated total decode throughput / batch-1 throughput (same sweep as llm.batch)."""
+    """Measured compute crossover: saturated total decode throughput / batch-1 throughput (same sweep as llm.batch).
+
+    Round 0 reads the full sweep; a later round measures again the saturated batch the first sweep found
+    (llm.batch's later round measures only 1 and ``at``), so each round gives its own figure."""
     bm = ctx.probe("llm.batch", model=model, engine=engine, dtype=dtype, quantization=quantization, at=at,
                    max_batch=max_batch, tokens=tokens, reps=reps, prompt_len=prompt_len, stop_gain=stop_gain)
     rows = bm.info["sweep"]
     if len(rows) < 2:
         raise Unmeasured("the sweep has a single batch size")
-    gain_last = rows[-1]["total_tok_s"] / rows[-2]["total_tok_s"] - 1
+    # whether the sweep saturated is the first sweep's finding (a later round does not sweep)
+    gain_last = _first_total(rows[-1]) / _first_total(rows[-2]) - 1
     if not rows[-1]["flat"]:
         raise Unmeasured(
             f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
             f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "
             f"{bm.info['max_batch']}); raise max_batch")
-    best = max(rows, key=lambda r: r["total_tok_s"])
-    values = {"crossover": best["total_tok_s"] / rows[0]["total_tok_s"], "saturated_at": float(best["batch"]),
+    fam, spec, _ = _spec(ctx, model, engine, dtype, quantization)
+    best, fresh = _saturated(rows)
+    one = next(r for r in rows if r["batch"] == 1)
+    measured = [r["batch"] for r in rows if not r.get("from_first_sweep", False)]
+    if not fresh:  # b* is neither 1 nor ``at``: this round measures it, as the sweep did
+        b = best["batch"]
+        ctx.progress(f"llm.crossover {model} on {fam}: {b} concurrent requests x {bm.info['tokens']} tokens "
+                     "(the saturated batch of the first sweep)")
+        # not through _call's memo: it is keyed by attempt number, and a sweep taken again after a dropped
+        # round at that number would hand back its own b* figure instead of this round's
+        r = ctx.call(fam, spec, "batch", concurrency=b, tokens=bm.info["tokens"], reps=bm.info["reps"],
+                     prompt_len=bm.info["prompt_len"])
+        best = {"batch": b, "total_tok_s": _med(r["total_tok_s"]), "total_samples": r["total_tok_s"]}
+        measured.append(b)
+    total_max = best["total_tok_s"]
+    flops_max = 2.0 * bm.values["non_embedding_params"] * total_max
+    values = {"crossover": total_max / one["total_tok_s"], "saturated_at": float(best["batch"]),
               "gain_last": gain_last, "bytes_per_weight": bm.values["bytes_per_weight"],
-              "flops_max": bm.values["flops_max"], "total_1": rows[0]["total_tok_s"], "total_max": best["total_tok_s"]}
+              "flops_max": flops_max, "total_1": one["total_tok_s"], "total_max": total_max}
     info = {k: v for k, v in bm.info.items() if k not in ("ceilings",)}
     info["crossover_formula"] = ("roofline max(weight read, compute): throughput grows with the batch until it "
                                  "saturates; crossover batch = saturated total tok/s / batch-1 tok/s")
-    return Measurement(values, {}, info=info)
+    info.update(measured_batches=sorted(measured), saturated_from="first sweep")
+    samples = {"crossover": _ratios(best["total_samples"], one["total_samples"]),
+               "total_1": list(one["total_samples"]), "total_max": list(best["total_samples"])}
+    # b* measured here is a new figure: checked against the matmul ceiling as the sweep's are
+    return Measurement(values, samples, info=info, implies={_matmul_key(spec): flops_max})
 
 
 # -- decode time model -------------------------------------------------------------------------
