@@ -72,7 +72,9 @@ def interval_text(result: ResultRecord | dict) -> str:
     if not ci or not n:
         return ""
     unit = r.unit
-    if ci[0] == ci[1]:
+    if r.ci_method.startswith("one measurement"):
+        txt = "one measurement (a search per run: no rounds, no interval)"
+    elif ci[0] == ci[1]:
         txt = "exact (the figures do not vary between repetitions)" if n == 1 else f"exact over {n} rounds"
     else:
         txt = f"interval [{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}] over {n} rounds"

@@ -673,8 +673,7 @@ class VoiceperfSession:
         if det or len(values) < 2:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
-                                          "exact: the probes' figures do not vary between repetitions" if det
-                                          else "one round")
+                                          ONE_MEASUREMENT if det else "one round")
         else:
             ci = stats.interval(values) or (value, value)
             method = stats.CI_METHOD
@@ -794,6 +793,11 @@ def _fmt_ci(ci, unit: str) -> str:
     if unit == "fraction":
         return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
     return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
+
+
+# a probe that gives one figure per run (a search such as asr.streams) without declaring it exact:
+# the verdict reads that one figure; there is no interval, and the gate does not compare it as a count
+ONE_MEASUREMENT = "one measurement: the probe gives one figure per run (a search), not rounds; no interval"
 
 
 class Probed:

@@ -572,3 +572,51 @@ def test_a_one_round_timing_beside_counts_is_not_compared_as_a_count():
     changed["probes"]["buf"]["values"]["window_s"] = changed["probes"]["buf"]["samples"]["window_s"][0] = 5.5
     got = {c.figure: c for c in compare_result(run(0.81), changed, 0.1, 0.05, all_figures=True)}
     assert got["buf.window_s [s]"].verdict == "regressed"  # declared exact: compared as it is, one round
+
+
+SEARCH_PROBE = '''
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.search", outputs={"streams": "streams", "chunk_ms": "ms"}, exact=("chunk_ms",))
+def search(ctx, found: int = 256):
+    return Measurement({"streams": float(found), "chunk_ms": 80.0})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(search.voiceperf_probe)
+'''
+
+
+def test_one_search_per_run_is_one_measurement_not_an_exact_figure(pytester):
+    """asr.streams bisects once per run and gives no samples: the same code found 256 and then 576
+    streams on one H200, and the gate called the change "improved: exact figure". Such a figure is
+    one measurement: the verdict reads it without an interval, and the gate does not compare it."""
+    from pytest_voiceperf.gate import compare_result
+
+    pytester.makeconftest(SEARCH_PROBE)
+    pytester.mkdir("claims")
+    runs = []
+    for found in (256, 576):
+        write(pytester, "a.yaml", claim("streams", "s.streams", "{min: 100}", f"s: {{probe: t.search, found: {found}}}"))
+        res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-rA")
+        res.assert_outcomes(passed=1)
+        runs.append(results(pytester)["streams"])
+    assert runs[0]["rounds"] == 1 and runs[0]["ci_method"].startswith("one measurement")
+    assert "exact" not in runs[0]["ci_method"]
+    got = {c.figure: c for c in compare_result(runs[0], runs[1], 0.1, 0.05, all_figures=True)}
+    assert got["metric"].verdict == "untestable"
+    assert got["s.streams [streams]"].verdict == "untestable"
+    changed = json.loads(json.dumps(runs[1]))
+    changed["probes"]["s"]["values"]["chunk_ms"] = 160.0  # a declared setting still compares as it is
+    got = {c.figure: c for c in compare_result(runs[0], changed, 0.1, 0.05, all_figures=True)}
+    assert got["s.chunk_ms [ms]"].verdict != "untestable"
+
+
+def test_probes_that_read_settings_declare_them_exact():
+    """Probes without repetition samples must say which outputs are exact; asr.streams' count is not."""
+    from pytest_voiceperf.probes import load_registry
+
+    reg = load_registry()
+    for name in ("asr.streaming_config", "hw.datasheet", "asr.cer"):
+        spec = reg.get(name)
+        assert spec is not None and spec.exact == frozenset(spec.outputs), name
+    assert reg.get("asr.streams").exact == frozenset({"chunk_ms"})

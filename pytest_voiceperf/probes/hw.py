@@ -156,7 +156,8 @@ def matmul(ctx, dtype: str = "bfloat16", n: int = 0, reps: int = 0):
                        info={"dtype": dtype, "method": "torch._scaled_mm" if dtype == "float8" else "torch.matmul"})
 
 
-@probe("hw.datasheet", outputs={"mem_bw": "B/s", "bf16_flops": "FLOP/s", "fp16_flops": "FLOP/s"})
+@probe("hw.datasheet", outputs={"mem_bw": "B/s", "bf16_flops": "FLOP/s", "fp16_flops": "FLOP/s"},
+       exact=("mem_bw", "bf16_flops", "fp16_flops"))
 def datasheet(ctx):
     """The device's datasheet figures (from the built-in table or --voiceperf-spec KEY=VALUE)."""
     name = ctx.device_name
