@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .record import ResultRecord
 from .record import result as as_result
+from .stats import ONE_MEASUREMENT
 from .verdict import fmt_value
 
 MARK = {"passed": "PASS", "failed": "FAIL", "xfailed": "XFAIL", "xpassed": "XPASS",
@@ -72,7 +73,7 @@ def interval_text(result: ResultRecord | dict) -> str:
     if not ci or not n:
         return ""
     unit = r.unit
-    if r.ci_method.startswith("one measurement"):
+    if r.ci_method == ONE_MEASUREMENT:
         txt = "one measurement (a search per run: no rounds, no interval)"
     elif ci[0] == ci[1]:
         txt = "exact (the figures do not vary between repetitions)" if n == 1 else f"exact over {n} rounds"

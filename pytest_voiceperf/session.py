@@ -673,7 +673,7 @@ class VoiceperfSession:
         if det or len(values) < 2:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
-                                          ONE_MEASUREMENT if det else "one round")
+                                          stats.ONE_MEASUREMENT if det else "one round")
         else:
             ci = stats.interval(values) or (value, value)
             method = stats.CI_METHOD
@@ -795,11 +795,6 @@ def _fmt_ci(ci, unit: str) -> str:
     return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
 
 
-# a probe that gives one figure per run (a search such as asr.streams) without declaring it exact:
-# the verdict reads that one figure; there is no interval, and the gate does not compare it as a count
-ONE_MEASUREMENT = "one measurement: the probe gives one figure per run (a search), not rounds; no interval"
-
-
 class Probed:
     """The rounds of one probe call in this session (shared by every claim that makes the call)."""
 
@@ -815,8 +810,9 @@ class Probed:
 
     @property
     def deterministic(self) -> bool:
-        """A probe without samples (a count, a datasheet figure, a fit of other probes' medians):
-        one round stands for every round. Identical repetitions do not make a probe exact (all 16
+        """A probe without samples (settings and datasheet figures, declared exact; or one search per
+        run such as asr.streams, a verdict of "one measurement" the gate does not compare): one round
+        stands for every round. Identical repetitions do not make a probe exact (all 16
         requests of one batch end together and report the same tok/s), so they still take rounds."""
         if not self.rounds:
             return False
