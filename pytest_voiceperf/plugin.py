@@ -290,6 +290,16 @@ def pytest_collection_modifyitems(session, config, items):
         group_items(items)
 
 
+def pytest_collection_finish(session):
+    # the cases left after every deselection (-k, --lf, resume, profiles) plan their shared rounds;
+    # an xdist worker does not know which of them it will run, so it takes rounds case by case
+    vs = get_session(session.config)
+    if vs is not None and vs.worker is None:
+        from .collect import ClaimItem
+
+        vs.plan([it.case for it in session.items if isinstance(it, ClaimItem) and not it.problem])
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

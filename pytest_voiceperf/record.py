@@ -34,9 +34,13 @@ class ProbeRecord(BaseModel):
                                                              "deterministic computation): the gate compares them "
                                                              "as they are, its timings only over rounds")
     first_round: int = Field(0, description="the probe's round (0-based, of all its rounds this session) that the "
-                                            "case's first round used; round r used first_round + r. Above 0 when "
-                                            "the case took its own rounds of a shared probe, because the earlier "
-                                            "ones were taken beside other probes")
+                                            "case's first round used (rounds_used[0])")
+    rounds_used: list[int] | None = Field(None, description="the probe's rounds (0-based, of all its rounds this "
+                                                            "session) that the case's rounds used, in order; a metric "
+                                                            "pairing timed probes uses rounds taken together, round "
+                                                            "by round (the same index here is the same round of the "
+                                                            "case). Absent in older files: round r used "
+                                                            "first_round + r")
 
 
 class ResultRecord(BaseModel):

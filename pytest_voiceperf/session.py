@@ -262,6 +262,11 @@ class VoiceperfSession:
         self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
         self._case_serial = 0
         self._case_round: tuple | None = None  # (case serial, round) whose rounds are being taken
+        # rounds taken together for several cases on one engine (see plan()): engine instance -> the
+        # probe calls and the cases using each; case -> its group; the groups already taken
+        self._groups: dict[str, dict[str, tuple[str, dict, set[int]]]] = {}
+        self._group_of: dict[int, str] = {}
+        self._groups_taken: set[str] = set()
         self._memo: dict[str, dict] = {}  # store -> key -> (round serial, value): see remember()
         self._scratch: str | None = None
         self.started = time.time()
@@ -490,10 +495,15 @@ class VoiceperfSession:
         started = time.monotonic()
         n = n_min
         futility = ""
+        group = self._group_of.get(id(case))
+        if group is not None and group not in self._groups_taken:
+            self._take_group(group, case, calls)
+            started = time.monotonic()  # the case's round budget counts its own rounds
         self._case_serial += 1
-        first = self._first_rounds(claim, calls, case.name)
+        at = self._rounds_used(claim, calls, case.name)
         # probes new to the case first: one that cannot run here ends it before shared ones run again
-        blocks = self._blocks(sorted(calls, key=lambda c: first[c.alias] > 0), case.name)
+        held = {c.alias for c in calls if (pr := self.probed(c.probe, c.args)) is not None and pr.rounds}
+        blocks = self._blocks(sorted(calls, key=lambda c: c.alias in held), case.name)
         try:
             while True:
                 # round-major within a block: round r of each of its probes before round r+1 of any
@@ -501,11 +511,11 @@ class VoiceperfSession:
                     for r in range(n):
                         self._case_round = (self._case_serial, r)
                         for call in block:
-                            self.measure_round(call.probe, call.args, ctx, first[call.alias] + r)
+                            self._round_of(call, at, r, ctx)
                             if time.monotonic() > deadline:
                                 raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
                                                   "was hit")
-                ev = self._evaluate(claim, calls, names, n, exact, first)
+                ev = self._evaluate(claim, calls, names, n, exact, at)
                 if ev["decision"] != "inconclusive" or ev["deterministic"]:
                     break
                 spent = time.monotonic() - started
@@ -521,7 +531,7 @@ class VoiceperfSession:
                 n += 1
         finally:
             self._case_round = None
-            self._record_probes(calls, result, first)
+            self._record_probes(calls, result, at)
         result.value = ev["value"]
         result.round_values = ev["round_values"]
         result.samples = ev["round_values"]
@@ -551,19 +561,21 @@ class VoiceperfSession:
             raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
                                 f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")
 
-    def _first_rounds(self, claim, calls, name: str) -> dict[str, int]:
-        """Which round of each probe the case's round 0 uses (round r uses first + r).
+    def _rounds_used(self, claim, calls, name: str) -> dict[str, list[int] | None]:
+        """Which rounds of each probe the case's rounds use: None, round r of the probe (it pairs with
+        any round); a list, the indices of its rounds the case's first rounds use, and each round
+        beyond the list a new round taken for the case (appended by _round_of).
 
         A metric that combines timed figures of several probes pairs their rounds; a shared probe's
         earlier rounds were taken beside other probes, maybe minutes before (a CPU decode 14% faster
         then than the case's own decode a minute later, all rounds alike: a tight interval and a
         verdict the next run reversed). So such a case reuses earlier rounds only when they were
-        taken together, round by round (the same rounds of one earlier case, the last each probe has);
-        otherwise it takes its own rounds of every timed probe, interleaved. Outputs declared exact
-        (counts) and probes without samples pair with any round."""
-        first = {c.alias: 0 for c in calls}
+        taken together, round by round (the same rounds of one earlier case, or of the rounds taken
+        for a group of cases, see plan()); otherwise it takes its own rounds of every timed probe,
+        interleaved. Outputs declared exact (counts) and probes without samples pair with any round."""
+        at: dict[str, list[int] | None] = {c.alias: None for c in calls}
         if any(isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured) for c in calls):
-            return first  # the case ends at that probe
+            return at  # the case ends at that probe
         reads_timed = self._timed_aliases(claim.metric, calls)
         timed = []
         for c in calls:
@@ -575,18 +587,115 @@ class VoiceperfSession:
             timed.append((c.alias, pr))
         held = [(a, pr) for a, pr in timed if pr is not None and pr.rounds]
         if len(timed) < 2 or not held:
-            return first
-        tags = min((pr.taken_in for _, pr in held), key=len)
-        if len(held) == len(timed) and None not in tags and all(pr.taken_in[len(pr.taken_in) - len(tags):] == tags
-                                                                 for _, pr in held):
-            for a, pr in held:  # taken together: the case goes on from their common rounds
-                first[a] = len(pr.rounds) - len(tags)
-            return first
-        for a, pr in held:
-            first[a] = len(pr.rounds)
+            return at
+        for a, _ in timed:
+            at[a] = []
+        if len(held) == len(timed):
+            common = [t for t in held[0][1].taken_in
+                      if t is not None and all(t in pr.taken_in for _, pr in held[1:])]
+            if common:  # taken together: the case goes on from their common rounds
+                for a, pr in held:
+                    at[a] = [pr.taken_in.index(t) for t in common]
+                return at
         self.progress(f"{name}: new rounds of {', '.join(a for a, _ in held)} beside the case's other probes "
                       "(their earlier rounds were taken with other probes)")
-        return first
+        return at
+
+    def _round_of(self, call, at: dict[str, list[int] | None], r: int, ctx: ProbeContext) -> Measurement:
+        """The case's round r of the call (see _rounds_used), taken when it does not exist yet."""
+        used = at[call.alias]
+        if used is None:
+            return self.measure_round(call.probe, call.args, ctx, r)
+        pr = self._probed(call.probe, call.args)
+        if r < len(used):
+            return pr.rounds[used[r]]
+        m = self.measure_round(call.probe, call.args, ctx, len(pr.rounds))
+        used.append(len(pr.rounds) - 1)
+        return m
+
+    def plan(self, cases) -> None:
+        """Rounds taken together for the cases that pair probes on one engine.
+
+        A case pairing timed probes uses only rounds taken together (see _rounds_used), so each case
+        that paired a shared probe with another one took rounds of it again (CPU default: eleven such
+        cases, about two minutes). Here the cases to run are grouped by the one heavy engine their
+        timed probes need, and the first case of a group takes ``min_rounds`` rounds of every probe
+        of the group, interleaved round by round (the engine live the whole time); every case of
+        the group then pairs those rounds, and takes further rounds only where its interval
+        straddles its bound, of its own probes, together. A group is worth it when two or more cases
+        use it and one of them pairs probes."""
+        self._groups.clear()
+        self._group_of.clear()
+        self._groups_taken.clear()
+        if self.device == "cuda-missing":
+            return
+        from .claims import _substitute
+
+        groups: dict[str, dict[str, tuple[str, dict, set[int]]]] = {}
+        cases_of: dict[str, list[int]] = {}
+        pairing: set[str] = set()
+        for case in cases:
+            claim = case.claim.model
+            try:
+                if any(self.requirement_unmet(_substitute(req, case.params)) for req in claim.requires):
+                    continue
+                calls = case.calls()
+                if self._exact_metric(claim.metric, calls):
+                    continue
+                timed = [c for c in calls if c.alias in self._timed_aliases(claim.metric, calls)]
+                heavy = set()
+                for c in timed:
+                    spec = self.registry.get(c.probe)
+                    if spec is None or self._nested_engine(spec):
+                        raise LookupError(c.probe)
+                    inst = self._instance(c)
+                    if inst is not None:
+                        heavy.add(inst)
+            except Exception:  # the case reports what is wrong when it runs
+                continue
+            if len(heavy) != 1:
+                continue
+            key = heavy.pop()
+            members = groups.setdefault(key, {})
+            for c in timed:
+                members.setdefault(self._key(c.probe, c.args), (c.probe, c.args, set()))[2].add(id(case))
+            cases_of.setdefault(key, []).append(id(case))
+            if len(timed) >= 2:
+                pairing.add(key)
+        for key, members in groups.items():
+            if key in pairing and len(cases_of[key]) >= 2 and len(members) >= 2:
+                self._groups[key] = members
+                self._group_of.update({c: key for c in cases_of[key]})
+
+    def _take_group(self, key: str, case, calls) -> None:
+        """The group's first rounds (see plan()): round r of each of its probes before round r+1 of any.
+        A probe that cannot run here, or whose engine fails, is left out of the later rounds and its
+        own cases say why; one of this case's probes failing ends this case as it would alone."""
+        self._groups_taken.add(key)
+        members = self._groups[key]
+        own = {self._key(c.probe, c.args) for c in calls}
+        live = dict(members)
+        n = self.options.min_rounds
+        self.progress(f"{case.name}: rounds 1-{n} of {len(members)} probes on {key} shared by "
+                      f"{len({c for _, _, cs in members.values() for c in cs})} cases, taken together")
+        self._case_serial += 1
+        tag = f"group {self._case_serial}"
+        try:
+            for r in range(n):
+                self._case_round = (tag, r)
+                for ck, (probe, args, _) in list(live.items()):
+                    ctx = ProbeContext(self, time.monotonic() + self.options.timeout)
+                    try:
+                        pr = self._probed(probe, args)
+                        if pr.rounds and pr.deterministic:
+                            continue
+                        self.measure_round(probe, args, ctx, len(pr.rounds))
+                    except (Unmeasured, EngineError):
+                        if ck in own:
+                            raise
+                        del live[ck]
+        finally:
+            self._case_round = None
 
     def _blocks(self, order: list, name: str) -> list[list]:
         """The case's calls grouped by when their rounds are taken: all in one block (interleaved,
@@ -597,13 +706,10 @@ class VoiceperfSession:
         The rounds of one case are still paired round by round, taken minutes apart at most."""
         groups: dict[str | None, list] = {}
         for c in order:
-            spec = self.registry.get(c.probe)
             try:
-                inst = spec.instance(c.args) if spec is not None else None
+                inst = self._instance(c)
             except Exception:  # the probe reports its bad arguments when it runs
                 inst = None
-            if inst is not None and is_light(inst.split(":", 1)[0]):
-                inst = None  # a light engine stays live beside the others
             groups.setdefault(inst, []).append(c)
         heavy = [k for k in groups if k is not None]
         live = max(1, self.options.max_live_engines)
@@ -614,7 +720,16 @@ class VoiceperfSession:
         self.progress(f"{name}: rounds taken one engine at a time ({len(heavy)} engines, {live} live at once)")
         return blocks
 
-    def _record_probes(self, calls, result: CaseResult, first: dict[str, int]) -> None:
+    def _instance(self, call) -> str | None:
+        """The heavy engine instance the call needs; None for in-process probes and light engines
+        (which stay live beside the others)."""
+        spec = self.registry.get(call.probe)
+        inst = spec.instance(call.args) if spec is not None else None
+        if inst is not None and is_light(inst.split(":", 1)[0]):
+            return None
+        return inst
+
+    def _record_probes(self, calls, result: CaseResult, at: dict[str, list[int] | None]) -> None:
         for call in calls:
             pr = self.probed(call.probe, call.args)
             if pr is None:
@@ -624,12 +739,14 @@ class VoiceperfSession:
             if not pr.rounds:
                 continue
             m = pr.aggregate()
+            used = at.get(call.alias)
             result.probes[call.alias] = {"probe": call.probe, "args": call.args,
                                          "call": self._key(call.probe, call.args), "values": m.values,
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {},
                                          "exact": sorted(spec.exact) if spec else [],
-                                         "first_round": first[call.alias]}
+                                         "first_round": used[0] if used else 0,
+                                         "rounds_used": used if used else list(range(len(pr.rounds)))}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
@@ -647,16 +764,19 @@ class VoiceperfSession:
         computation: frames, FLOPs, bytes, calls)."""
         return bool(expr.references(metric)) and not self._timed_aliases(metric, calls)
 
-    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool, first: dict[str, int]) -> dict:
+    def _evaluate(self, claim, calls, names: dict, n: int, exact: bool, at: dict[str, list[int] | None]) -> dict:
         """The metric per round, its interval and the decision against the expectation."""
         probed = [(c.alias, self._probed(c.probe, c.args)) for c in calls]
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
         for r in range(rounds):
-            at = {a: pr.rounds[min(first[a] + r, len(pr.rounds) - 1)] for a, pr in probed}
-            outs = {a: m.values for a, m in at.items()}
-            samp = {a: m.samples for a, m in at.items()}
+            ms = {}
+            for a, pr in probed:
+                used = at.get(a)
+                ms[a] = pr.rounds[used[r] if used and r < len(used) else min(r, len(pr.rounds) - 1)]
+            outs = {a: m.values for a, m in ms.items()}
+            samp = {a: m.samples for a, m in ms.items()}
             try:
                 v = expr.evaluate(claim.metric, names, outs)
             except expr.ExprError as exc:

@@ -410,9 +410,9 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert rl["outcome"] == "passed" and 0 < rl["value"] <= 1.0
     # info is the probe's last round: its ceiling check divides that round's implied bandwidth by the
     # best read-bandwidth round measured so far (a ceiling is what the hardware can do). The metric
-    # pairs the decode's round first + i with the bandwidth probe's round first + i; the decode is
-    # shared with t-decode-agrees, whose rounds were taken without the bandwidth probe, so this case
-    # took rounds of its own (first_round > 0) beside its bandwidth rounds
+    # pairs the decode's i-th round used with the bandwidth probe's i-th round used: rounds taken
+    # together, round by round (the decode is shared with t-decode-agrees; the engine's cases took
+    # their first rounds of both probes together, see VoiceperfSession.plan)
     chk = rl["probes"]["d"]["info"]["ceilings"]["read_bw"]
     tok_rounds = rl["probes"]["d"]["samples"]["tok_s"]
     read_bytes = rl["probes"]["d"]["values"]["read_bytes"]
@@ -420,10 +420,10 @@ def test_decode_vllm_figures_and_clock_agreement(pytester):
     assert chk["ratio"] == pytest.approx(chk["implied"] / chk["ceiling"])
     bw_rounds = rl["probes"]["rd"]["samples"]["read_bw"]
     assert min(bw_rounds) <= chk["ceiling"] <= max(bw_rounds)
-    fd, fb = rl["probes"]["d"]["first_round"], rl["probes"]["rd"]["first_round"]
-    assert 1 <= len(rl["round_values"]) <= min(len(tok_rounds) - fd, len(bw_rounds) - fb)
+    ud, ub = rl["probes"]["d"]["rounds_used"], rl["probes"]["rd"]["rounds_used"]
+    assert 1 <= len(rl["round_values"]) == len(ud) == len(ub)
     for i, got in enumerate(rl["round_values"]):
-        assert got == pytest.approx(tok_rounds[fd + i] * read_bytes / bw_rounds[fb + i], rel=1e-6)
+        assert got == pytest.approx(tok_rounds[ud[i]] * read_bytes / bw_rounds[ub[i]], rel=1e-6)
     prov = doc["provenance"]
     assert any(e["family"] == "vllm" for e in prov["engines"])
     res.stdout.fnmatch_lines(["*PASS*t-decode-agrees*"])

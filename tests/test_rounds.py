@@ -620,3 +620,56 @@ def test_probes_that_read_settings_declare_them_exact():
         spec = reg.get(name)
         assert spec is not None and spec.exact == frozenset(spec.outputs), name
     assert reg.get("asr.streams").exact == frozenset({"chunk_ms"})
+
+
+GROUP_PROBES = ENGINE_PAIR_PROBE.replace("def pytest_voiceperf_add_probes(registry):", '''
+@probe("t.local", outputs={"t": "s"})
+def local(ctx, k: int = 1):
+    ts = [0.02 * (1 + random.random()) for _ in range(3)]
+    return Measurement({"t": sorted(ts)[1]}, samples={"t": ts})
+
+@probe("t.gone", outputs={"t": "s"}, engine="selftest")
+def gone(ctx, model: str = "a"):
+    from pytest_voiceperf.probes import Unmeasured
+    raise Unmeasured("not on this machine")
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(local.voiceperf_probe)
+    registry.add(gone.voiceperf_probe)''')
+
+
+def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester):
+    """Cases whose ratios pair probes on one engine used to take their own rounds of each shared
+    probe (the earlier ones were taken beside other probes). The first case of the engine's group
+    takes min_rounds rounds of every probe of the group, interleaved; the others pair those rounds,
+    and a case asking for more rounds takes new ones of its own probes, together. A probe of the
+    group that cannot run here leaves the others alone and its case says why."""
+    pytester.makeconftest(GROUP_PROBES)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("alone", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
+    one = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 1}"
+    write(pytester, "b.yaml", claim("with-one", "a.t / l.t", "{max: 100}", one))
+    two = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 2}"
+    write(pytester, "c.yaml", claim("with-two", "a.t / l.t", "{max: 100}", two, extra="rounds: {min: 5}\n"))
+    gone = "a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}"
+    write(pytester, "d.yaml", claim("with-gone", "a.t / g.t", "{max: 100}", gone))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=3)
+    res.stdout.fnmatch_lines(["*alone: rounds 1-3 of 4 probes on selftest:a shared by 4 cases, taken together*"])
+    assert "new rounds of" not in res.stdout.str()
+    r = results(pytester)
+    assert r["with-gone"]["outcome"] == "unmeasured" and "not on this machine" in r["with-gone"]["reason"]
+    # three rounds of each probe for the group, two more of a and l2 for the case asking for five
+    a_rounds = r["with-two"]["probes"]["a"]["samples"]["t"]
+    assert len(a_rounds) == 5 and r["with-one"]["probes"]["l"]["info"]["rounds"] == 3
+    for case in ("alone", "with-one"):
+        assert r[case]["rounds"] == 3 and r[case]["probes"]["a"]["rounds_used"] == [0, 1, 2]
+    two = r["with-two"]
+    assert two["rounds"] == 5
+    assert two["probes"]["a"]["rounds_used"] == two["probes"]["l"]["rounds_used"] == [0, 1, 2, 3, 4]
+    l_rounds = two["probes"]["l"]["samples"]["t"]
+    for i, v in enumerate(two["round_values"]):
+        assert v == pytest.approx(a_rounds[i] / l_rounds[i])
+    # one engine start for the four cases
+    doc = json.loads((pytester.path / "o.json").read_text())
+    assert len(doc["provenance"]["engines"]) == 1
