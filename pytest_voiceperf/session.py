@@ -669,8 +669,10 @@ class VoiceperfSession:
 
     def _take_group(self, key: str, case, calls) -> None:
         """The group's first rounds (see plan()): round r of each of its probes before round r+1 of any.
-        A probe that cannot run here, or whose engine fails, is left out of the later rounds and its
-        own cases say why; one of this case's probes failing ends this case as it would alone."""
+        A probe that cannot run here is left out of the later rounds and its cases say why (this case
+        too: it was the crossover sweep's, the first case on the CPU, which had ended the group and
+        left every other case to take its own rounds); an engine failing in one of this case's probes
+        ends this case as it would alone, in another case's probe leaves that probe out."""
         self._groups_taken.add(key)
         members = self._groups[key]
         own = {self._key(c.probe, c.args) for c in calls}
@@ -690,9 +692,11 @@ class VoiceperfSession:
                         if pr.rounds and pr.deterministic:
                             continue
                         self.measure_round(probe, args, ctx, len(pr.rounds))
-                    except (Unmeasured, EngineError):
+                    except EngineError:
                         if ck in own:
                             raise
+                        del live[ck]
+                    except Unmeasured:
                         del live[ck]
         finally:
             self._case_round = None

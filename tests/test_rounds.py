@@ -646,16 +646,17 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     group that cannot run here leaves the others alone and its case says why."""
     pytester.makeconftest(GROUP_PROBES)
     pytester.mkdir("claims")
+    # the group's first case has the probe that cannot run: the others still share the group's rounds
+    gone = "a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}"
+    write(pytester, "0.yaml", claim("with-gone", "g.t / a.t", "{max: 100}", gone))
     write(pytester, "a.yaml", claim("alone", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
     one = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 1}"
     write(pytester, "b.yaml", claim("with-one", "a.t / l.t", "{max: 100}", one))
     two = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 2}"
     write(pytester, "c.yaml", claim("with-two", "a.t / l.t", "{max: 100}", two, extra="rounds: {min: 5}\n"))
-    gone = "a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}"
-    write(pytester, "d.yaml", claim("with-gone", "a.t / g.t", "{max: 100}", gone))
     res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
     res.assert_outcomes(passed=3)
-    res.stdout.fnmatch_lines(["*alone: rounds 1-3 of 4 probes on selftest:a shared by 4 cases, taken together*"])
+    res.stdout.fnmatch_lines(["*with-gone: rounds 1-3 of 4 probes on selftest:a shared by 4 cases, taken together*"])
     assert "new rounds of" not in res.stdout.str()
     r = results(pytester)
     assert r["with-gone"]["outcome"] == "unmeasured" and "not on this machine" in r["with-gone"]["reason"]
