@@ -80,6 +80,10 @@ class ResultRecord(BaseModel):
     worker: str | None = None
     gpu: str | None = None
     engine_instances: int | None = None
+    shared_rounds: dict[str, Any] | None = Field(None, description="the first case of a group of cases sharing "
+                                                                   "an engine's rounds: the group's first rounds "
+                                                                   "were taken in its setup (its duration_s holds "
+                                                                   "them): engine, rounds, probes, cases, seconds")
     source: str | None = Field(None, description="the file a merged result came from")
 
     @property

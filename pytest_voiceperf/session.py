@@ -77,6 +77,9 @@ class CaseResult:
     unstable: list | None = None  # [slowest, fastest] repetition when they span 1.5x or more in this run
     disturbed: list[str] = field(default_factory=list)  # causes of the rounds dropped as disturbed
     engine_instances: int | None = None  # engine figures: how many engine instances the rounds came from
+    # the first case of a group of cases sharing rounds (see VoiceperfSession.plan): the group's
+    # rounds were taken in its setup, so its duration_s holds them, for every case of the group
+    shared_rounds: dict | None = None
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -497,7 +500,7 @@ class VoiceperfSession:
         futility = ""
         group = self._group_of.get(id(case))
         if group is not None and group not in self._groups_taken:
-            self._take_group(group, case, calls)
+            result.shared_rounds = self._take_group(group, case, calls)
             started = time.monotonic()  # the case's round budget counts its own rounds
         self._case_serial += 1
         at = self._rounds_used(claim, calls, case.name)
@@ -667,39 +670,49 @@ class VoiceperfSession:
                 self._groups[key] = members
                 self._group_of.update({c: key for c in cases_of[key]})
 
-    def _take_group(self, key: str, case, calls) -> None:
+    def _take_group(self, key: str, case, calls) -> dict:
         """The group's first rounds (see plan()): round r of each of its probes before round r+1 of any.
-        A probe that cannot run here is left out of the later rounds and its cases say why (this case
-        too: it was the crossover sweep's, the first case on the CPU, which had ended the group and
-        left every other case to take its own rounds); an engine failing in one of this case's probes
-        ends this case as it would alone, in another case's probe leaves that probe out."""
+        A probe that cannot run here ends the group's rounds of its cases, not the group, and its
+        cases say why (this case too: it was the crossover sweep's, the first case on the CPU, which
+        had ended the group and left every other case to take its own rounds); an engine failing in
+        one of this case's probes ends this case as it would alone."""
         self._groups_taken.add(key)
         members = self._groups[key]
         own = {self._key(c.probe, c.args) for c in calls}
-        live = dict(members)
+        # probes of fewer cases first (a case's own probe before those it shares): a probe that cannot
+        # run here ends its cases, and the probes only they use are left out before they are measured
+        # (on the CPU the NeMo streams of asr-cpp-port-speedup, whose parakeet.cpp is absent: 24 s)
+        live = dict(sorted(members.items(), key=lambda kv: len(kv[1][2])))
+        ended: set[int] = set()
         n = self.options.min_rounds
+        n_cases = len({c for _, _, cs in members.values() for c in cs})
         self.progress(f"{case.name}: rounds 1-{n} of {len(members)} probes on {key} shared by "
-                      f"{len({c for _, _, cs in members.values() for c in cs})} cases, taken together")
+                      f"{n_cases} cases, taken together")
+        t0 = time.monotonic()
         self._case_serial += 1
         tag = f"group {self._case_serial}"
         try:
             for r in range(n):
                 self._case_round = (tag, r)
-                for ck, (probe, args, _) in list(live.items()):
+                for ck, (probe, args, users) in list(live.items()):
+                    if ck not in live:
+                        continue
                     ctx = ProbeContext(self, time.monotonic() + self.options.timeout)
                     try:
                         pr = self._probed(probe, args)
                         if pr.rounds and pr.deterministic:
                             continue
                         self.measure_round(probe, args, ctx, len(pr.rounds))
-                    except EngineError:
-                        if ck in own:
+                    except (EngineError, Unmeasured) as exc:
+                        if ck in own and isinstance(exc, EngineError):
                             raise
-                        del live[ck]
-                    except Unmeasured:
-                        del live[ck]
+                        ended |= users
+                        for k in [k for k, (_, _, cs) in live.items() if cs <= ended]:
+                            del live[k]
         finally:
             self._case_round = None
+        return {"engine": key, "rounds": n, "probes": len(members), "cases": n_cases,
+                "probes_left_out": len(members) - len(live), "seconds": round(time.monotonic() - t0, 2)}
 
     def _blocks(self, order: list, name: str) -> list[list]:
         """The case's calls grouped by when their rounds are taken: all in one block (interleaved,

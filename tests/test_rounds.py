@@ -647,8 +647,9 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     pytester.makeconftest(GROUP_PROBES)
     pytester.mkdir("claims")
     # the group's first case has the probe that cannot run: the others still share the group's rounds
-    gone = "a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}"
-    write(pytester, "0.yaml", claim("with-gone", "g.t / a.t", "{max: 100}", gone))
+    gone = ("a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}\n"
+            "          l: {probe: t.local, k: 3}")
+    write(pytester, "0.yaml", claim("with-gone", "(g.t + l.t) / a.t", "{max: 100}", gone))
     write(pytester, "a.yaml", claim("alone", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
     one = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 1}"
     write(pytester, "b.yaml", claim("with-one", "a.t / l.t", "{max: 100}", one))
@@ -656,10 +657,12 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     write(pytester, "c.yaml", claim("with-two", "a.t / l.t", "{max: 100}", two, extra="rounds: {min: 5}\n"))
     res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
     res.assert_outcomes(passed=3)
-    res.stdout.fnmatch_lines(["*with-gone: rounds 1-3 of 4 probes on selftest:a shared by 4 cases, taken together*"])
+    res.stdout.fnmatch_lines(["*with-gone: rounds 1-3 of 5 probes on selftest:a shared by 4 cases, taken together*"])
     assert "new rounds of" not in res.stdout.str()
     r = results(pytester)
     assert r["with-gone"]["outcome"] == "unmeasured" and "not on this machine" in r["with-gone"]["reason"]
+    # its probe that cannot run was taken first, so the probe only it uses was never measured
+    assert "l" not in r["with-gone"]["probes"] and len(r["with-gone"]["probes"]["a"]["samples"]["t"]) == 3
     # three rounds of each probe for the group, two more of a and l2 for the case asking for five
     a_rounds = r["with-two"]["probes"]["a"]["samples"]["t"]
     assert len(a_rounds) == 5 and r["with-one"]["probes"]["l"]["info"]["rounds"] == 3
@@ -671,6 +674,11 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     l_rounds = two["probes"]["l"]["samples"]["t"]
     for i, v in enumerate(two["round_values"]):
         assert v == pytest.approx(a_rounds[i] / l_rounds[i])
+    # the group's rounds are the first case's setup, and its record says so
+    shared = r["with-gone"]["shared_rounds"]
+    assert shared["engine"] == "selftest:a" and (shared["probes"], shared["cases"], shared["rounds"]) == (5, 4, 3)
+    assert shared["probes_left_out"] == 2 and 0 < shared["seconds"] <= r["with-gone"]["duration_s"]
+    assert r["alone"]["shared_rounds"] is None
     # one engine start for the four cases
     doc = json.loads((pytester.path / "o.json").read_text())
     assert len(doc["provenance"]["engines"]) == 1
