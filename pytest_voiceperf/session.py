@@ -504,13 +504,18 @@ class VoiceperfSession:
             started = time.monotonic()  # the case's round budget counts its own rounds
         self._case_serial += 1
         at = self._rounds_used(claim, calls, case.name)
-        # probes new to the case first: one that cannot run here ends it before shared ones run again
+        # a probe known not to run here first, then probes new to the case: one that cannot run here
+        # ends it before shared ones run again
         held = {c.alias for c in calls if (pr := self.probed(c.probe, c.args)) is not None and pr.rounds}
-        blocks = self._blocks(sorted(calls, key=lambda c: c.alias in held), case.name)
+        known = {c.alias for c in calls if isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured)}
+        blocks = self._blocks(sorted(calls, key=lambda c: (c.alias not in known, c.alias in held)), case.name)
         try:
             while True:
-                # round-major within a block: round r of each of its probes before round r+1 of any
-                for block in blocks:
+                # round-major within a block: round r of each of its probes before round r+1 of any.
+                # Blocks (engines) run forth, then back for the next extra round, and so on: the
+                # engine live after the last block's rounds takes the new round first, one start
+                # fewer per extra round (llm-decode-overhead's three llama.cpp engines: 2 starts, not 3)
+                for block in (blocks if (n - n_min) % 2 == 0 else blocks[::-1]):
                     for r in range(n):
                         self._case_round = (self._case_serial, r)
                         for call in block:
@@ -534,7 +539,7 @@ class VoiceperfSession:
                 n += 1
         finally:
             self._case_round = None
-            self._record_probes(calls, result, at)
+            self._record_probes(calls, result, at, n)
         result.value = ev["value"]
         result.round_values = ev["round_values"]
         result.samples = ev["round_values"]
@@ -675,7 +680,10 @@ class VoiceperfSession:
         A probe that cannot run here ends the group's rounds of its cases, not the group, and its
         cases say why (this case too: it was the crossover sweep's, the first case on the CPU, which
         had ended the group and left every other case to take its own rounds); an engine failing in
-        one of this case's probes ends this case as it would alone."""
+        one of this case's probes ends this case as it would alone. When no case left pairs two of
+        the probes still taken, the group stops: the rest take rounds case by case, reusing earlier
+        ones (on the CPU the NeMo group, paired only by asr-cpp-port-speedup's absent parakeet.cpp,
+        took three new rounds of streams whose first rounds the FLOP-counting cases had taken)."""
         self._groups_taken.add(key)
         members = self._groups[key]
         own = {self._key(c.probe, c.args) for c in calls}
@@ -684,17 +692,30 @@ class VoiceperfSession:
         # (on the CPU the NeMo streams of asr-cpp-port-speedup, whose parakeet.cpp is absent: 24 s)
         live = dict(sorted(members.items(), key=lambda kv: len(kv[1][2])))
         ended: set[int] = set()
+        keys_of: dict[int, set[str]] = {}
+        for ck, (_, _, users) in members.items():
+            for c in users:
+                keys_of.setdefault(c, set()).add(ck)
+
+        def pairing() -> bool:  # a case left that pairs two probes still taken: else each case alone
+            return any(c not in ended and len(ks & live.keys()) >= 2 for c, ks in keys_of.items())
         n = self.options.min_rounds
         n_cases = len({c for _, _, cs in members.values() for c in cs})
         self.progress(f"{case.name}: rounds 1-{n} of {len(members)} probes on {key} shared by "
                       f"{n_cases} cases, taken together")
         t0 = time.monotonic()
+        stopped = False
         self._case_serial += 1
         tag = f"group {self._case_serial}"
         try:
             for r in range(n):
+                if stopped:
+                    break
                 self._case_round = (tag, r)
                 for ck, (probe, args, users) in list(live.items()):
+                    if not pairing():
+                        stopped = True  # the cases left take their own rounds (single probes reuse any)
+                        break
                     if ck not in live:
                         continue
                     ctx = ProbeContext(self, time.monotonic() + self.options.timeout)
@@ -712,7 +733,8 @@ class VoiceperfSession:
         finally:
             self._case_round = None
         return {"engine": key, "rounds": n, "probes": len(members), "cases": n_cases,
-                "probes_left_out": len(members) - len(live), "seconds": round(time.monotonic() - t0, 2)}
+                "probes_left_out": len(members) - len(live), "stopped": stopped,
+                "seconds": round(time.monotonic() - t0, 2)}
 
     def _blocks(self, order: list, name: str) -> list[list]:
         """The case's calls grouped by when their rounds are taken: all in one block (interleaved,
@@ -746,7 +768,7 @@ class VoiceperfSession:
             return None
         return inst
 
-    def _record_probes(self, calls, result: CaseResult, at: dict[str, list[int] | None]) -> None:
+    def _record_probes(self, calls, result: CaseResult, at: dict[str, list[int] | None], n: int) -> None:
         for call in calls:
             pr = self.probed(call.probe, call.args)
             if pr is None:
@@ -763,7 +785,8 @@ class VoiceperfSession:
                                          "units": dict(spec.outputs) if spec else {},
                                          "exact": sorted(spec.exact) if spec else [],
                                          "first_round": used[0] if used else 0,
-                                         "rounds_used": used if used else list(range(len(pr.rounds)))}
+                                         "rounds_used": used if used is not None else
+                                         list(range(min(n, len(pr.rounds))))}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 

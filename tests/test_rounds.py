@@ -655,9 +655,10 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     write(pytester, "b.yaml", claim("with-one", "a.t / l.t", "{max: 100}", one))
     two = "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 2}"
     write(pytester, "c.yaml", claim("with-two", "a.t / l.t", "{max: 100}", two, extra="rounds: {min: 5}\n"))
+    write(pytester, "z.yaml", claim("alone-last", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
     res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
-    res.assert_outcomes(passed=3)
-    res.stdout.fnmatch_lines(["*with-gone: rounds 1-3 of 5 probes on selftest:a shared by 4 cases, taken together*"])
+    res.assert_outcomes(passed=4)
+    res.stdout.fnmatch_lines(["*with-gone: rounds 1-3 of 5 probes on selftest:a shared by 5 cases, taken together*"])
     assert "new rounds of" not in res.stdout.str()
     r = results(pytester)
     assert r["with-gone"]["outcome"] == "unmeasured" and "not on this machine" in r["with-gone"]["reason"]
@@ -666,7 +667,7 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
     # three rounds of each probe for the group, two more of a and l2 for the case asking for five
     a_rounds = r["with-two"]["probes"]["a"]["samples"]["t"]
     assert len(a_rounds) == 5 and r["with-one"]["probes"]["l"]["info"]["rounds"] == 3
-    for case in ("alone", "with-one"):
+    for case in ("alone", "with-one", "alone-last"):
         assert r[case]["rounds"] == 3 and r[case]["probes"]["a"]["rounds_used"] == [0, 1, 2]
     two = r["with-two"]
     assert two["rounds"] == 5
@@ -676,9 +677,61 @@ def test_cases_pairing_probes_on_one_engine_share_rounds_taken_together(pytester
         assert v == pytest.approx(a_rounds[i] / l_rounds[i])
     # the group's rounds are the first case's setup, and its record says so
     shared = r["with-gone"]["shared_rounds"]
-    assert shared["engine"] == "selftest:a" and (shared["probes"], shared["cases"], shared["rounds"]) == (5, 4, 3)
+    assert shared["engine"] == "selftest:a" and (shared["probes"], shared["cases"], shared["rounds"]) == (5, 5, 3)
     assert shared["probes_left_out"] == 2 and 0 < shared["seconds"] <= r["with-gone"]["duration_s"]
     assert r["alone"]["shared_rounds"] is None
-    # one engine start for the four cases
+    # one engine start for the five cases
     doc = json.loads((pytester.path / "o.json").read_text())
     assert len(doc["provenance"]["engines"]) == 1
+
+
+ENGINE_VALUES_PROBE = '''
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.val", outputs={"t": "s"}, engine="selftest")
+def val(ctx, model: str = "a", xs: str = "1.0"):
+    ctx.call("selftest", {"model": model}, "echo", value=1.0, n=1)
+    vals = [float(v) for v in xs.split(",")]
+    x = vals[min(ctx.attempt, len(vals) - 1)]
+    return Measurement({"t": x}, samples={"t": [x * 0.999, x, x * 1.001]})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(val.voiceperf_probe)
+'''
+
+
+def test_an_extra_round_on_two_engines_starts_the_live_engine_first(pytester):
+    """Rounds taken one engine at a time: a case whose interval straddles its bound takes its next
+    round on the engine still live first, then on the other (one start per extra round, not two)."""
+    pytester.makeconftest(ENGINE_VALUES_PROBE)
+    pytester.mkdir("claims")
+    # a/b per round 0.90, 1.02, 0.92: [0.79, 1.10] straddles 1.05; a fourth round (0.93) decides it
+    pair = ('a: {probe: t.val, model: a, xs: "0.90,1.02,0.92,0.93"}\n'
+            '          b: {probe: t.val, model: b, xs: "1.0"}')
+    write(pytester, "a.yaml", claim("pair", "a.t / b.t", "{max: 1.05}", pair))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*pair: interval * straddles * after 3 rounds; one more round*"])
+    r = results(pytester)["pair"]
+    assert r["rounds"] == 4 and r["round_values"] == pytest.approx([0.90, 1.02, 0.92, 0.93])
+    doc = json.loads((pytester.path / "o.json").read_text())
+    # a's three rounds, b's three and its fourth (b still live), then a's fourth
+    assert [e["spec"]["model"] for e in doc["provenance"]["engines"]] == ["a", "b", "a"]
+
+
+def test_a_group_left_without_a_pairing_case_stops_before_measuring(pytester):
+    """The one case pairing probes on the engine cannot run here: the group stops before it
+    measures anything, and the single-probe case takes its rounds as it would alone (no extra
+    rounds of a probe nobody pairs)."""
+    pytester.makeconftest(GROUP_PROBES)
+    pytester.mkdir("claims")
+    gone = "a: {probe: t.on, model: a}\n          g: {probe: t.gone, model: a}"
+    write(pytester, "a.yaml", claim("pair-gone", "a.t / g.t", "{max: 100}", gone))
+    write(pytester, "b.yaml", claim("single", "a.t", "{max: 1.0}", "a: {probe: t.on, model: a}"))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=1)
+    r = results(pytester)
+    assert r["pair-gone"]["outcome"] == "unmeasured" and "not on this machine" in r["pair-gone"]["reason"]
+    shared = r["pair-gone"]["shared_rounds"]
+    assert shared["stopped"] is True and "a" not in r["pair-gone"]["probes"]
+    assert r["single"]["rounds"] == 3 and r["single"]["probes"]["a"]["info"]["rounds"] == 3
