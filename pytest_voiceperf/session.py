@@ -626,7 +626,7 @@ class VoiceperfSession:
 
         A case pairing timed probes uses only rounds taken together (see _rounds_used), so each case
         that paired a shared probe with another one took rounds of it again (CPU default: ten such
-        cases; sharing brought its 14 vLLM cases from 265 s to 195-210 s). Here the cases to run are grouped by the one heavy engine their
+        cases; sharing brought its 14 vLLM cases from 265 s to 195-220 s). Here the cases to run are grouped by the one heavy engine their
         timed probes need, and the first case of a group takes ``min_rounds`` rounds of every probe
         of the group, interleaved round by round (the engine live the whole time); every case of
         the group then pairs those rounds, and takes further rounds only where its interval
