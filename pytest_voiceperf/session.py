@@ -266,10 +266,9 @@ class VoiceperfSession:
         self._case_serial = 0
         self._case_round: tuple | None = None  # (case serial, round) whose rounds are being taken
         # rounds taken together for several cases on one engine (see plan()): engine instance -> the
-        # probe calls and the cases using each; case -> its group; the groups already taken
+        # probe calls and the cases using each, until taken; case -> its group
         self._groups: dict[str, dict[str, tuple[str, dict, set[int]]]] = {}
         self._group_of: dict[int, str] = {}
-        self._groups_taken: set[str] = set()
         self._memo: dict[str, dict] = {}  # store -> key -> (round serial, value): see remember()
         self._scratch: str | None = None
         self.started = time.time()
@@ -499,7 +498,7 @@ class VoiceperfSession:
         n = n_min
         futility = ""
         group = self._group_of.get(id(case))
-        if group is not None and group not in self._groups_taken:
+        if group in self._groups:
             result.shared_rounds = self._take_group(group, case, calls)
             started = time.monotonic()  # the case's round budget counts its own rounds
         self._case_serial += 1
@@ -626,22 +625,19 @@ class VoiceperfSession:
 
         A case pairing timed probes uses only rounds taken together (see _rounds_used), so each case
         that paired a shared probe with another one took rounds of it again (CPU default: ten such
-        cases; sharing brought its 14 vLLM cases from 265 s to 195-220 s). Here the cases to run are grouped by the one heavy engine their
-        timed probes need, and the first case of a group takes ``min_rounds`` rounds of every probe
-        of the group, interleaved round by round (the engine live the whole time); every case of
-        the group then pairs those rounds, and takes further rounds only where its interval
-        straddles its bound, of its own probes, together. A group is worth it when two or more cases
-        use it and one of them pairs probes."""
+        cases; sharing brought its 14 vLLM cases from 265 s to 195-220 s). Here the cases to run
+        are grouped by the one heavy engine their timed probes need, and the first case of a group
+        takes ``min_rounds`` rounds of every probe of the group's pairing cases, interleaved round
+        by round (the engine live the whole time); every case of the group then uses those rounds,
+        and takes further rounds only where its interval straddles its bound, of its own probes,
+        together. A group is worth it when two or more cases use its probes and one of them pairs."""
         self._groups.clear()
         self._group_of.clear()
-        self._groups_taken.clear()
         if self.device == "cuda-missing":
             return
         from .claims import _substitute
 
-        groups: dict[str, dict[str, tuple[str, dict, set[int]]]] = {}
-        cases_of: dict[str, list[int]] = {}
-        pairing: set[str] = set()
+        uses: dict[str, list[tuple[int, dict[str, tuple[str, dict]]]]] = {}  # engine -> (case, its timed calls)
         for case in cases:
             claim = case.claim.model
             try:
@@ -650,7 +646,8 @@ class VoiceperfSession:
                 calls = case.calls()
                 if self._exact_metric(claim.metric, calls):
                     continue
-                timed = [c for c in calls if c.alias in self._timed_aliases(claim.metric, calls)]
+                reads_timed = self._timed_aliases(claim.metric, calls)
+                timed = [c for c in calls if c.alias in reads_timed]
                 heavy = set()
                 for c in timed:
                     spec = self.registry.get(c.probe)
@@ -663,17 +660,23 @@ class VoiceperfSession:
                 continue
             if len(heavy) != 1:
                 continue
-            key = heavy.pop()
-            members = groups.setdefault(key, {})
-            for c in timed:
-                members.setdefault(self._key(c.probe, c.args), (c.probe, c.args, set()))[2].add(id(case))
-            cases_of.setdefault(key, []).append(id(case))
-            if len(timed) >= 2:
-                pairing.add(key)
-        for key, members in groups.items():
-            if key in pairing and len(cases_of[key]) >= 2 and len(members) >= 2:
+            uses.setdefault(heavy.pop(), []).append((id(case), {self._key(c.probe, c.args): (c.probe, c.args)
+                                                                 for c in timed}))
+        for key, cs in uses.items():
+            # the probes of the cases that pair: a probe only single-probe cases read needs no rounds
+            # taken beside others (new ones would be measured again where it already had rounds)
+            members: dict[str, tuple[str, dict, set[int]]] = {}
+            for _, calls_of in cs:
+                if len(calls_of) >= 2:
+                    for ck, (probe, args) in calls_of.items():
+                        members.setdefault(ck, (probe, args, set()))
+            for cid, calls_of in cs:
+                for ck in calls_of.keys() & members.keys():
+                    members[ck][2].add(cid)
+            users = {cid for cid, calls_of in cs if calls_of.keys() & members.keys()}
+            if len(users) >= 2 and len(members) >= 2:
                 self._groups[key] = members
-                self._group_of.update({c: key for c in cases_of[key]})
+                self._group_of.update({c: key for c in users})
 
     def _take_group(self, key: str, case, calls) -> dict:
         """The group's first rounds (see plan()): round r of each of its probes before round r+1 of any.
@@ -684,8 +687,7 @@ class VoiceperfSession:
         the probes still taken, the group stops: the rest take rounds case by case, reusing earlier
         ones (on the CPU the NeMo group, paired only by asr-cpp-port-speedup's absent parakeet.cpp,
         took three new rounds of streams whose first rounds the FLOP-counting cases had taken)."""
-        self._groups_taken.add(key)
-        members = self._groups[key]
+        members = self._groups.pop(key)
         own = {self._key(c.probe, c.args) for c in calls}
         # probes of fewer cases first (a case's own probe before those it shares): a probe that cannot
         # run here ends its cases, and the probes only they use are left out before they are measured
