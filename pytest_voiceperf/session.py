@@ -598,11 +598,16 @@ class VoiceperfSession:
         for a, _ in timed:
             at[a] = []
         if len(held) == len(timed):
-            common = [t for t in held[0][1].taken_in
-                      if t is not None and all(t in pr.taken_in for _, pr in held[1:])]
+            # a tag can mark several rounds of a probe (an engine probe nested in another probe's
+            # round takes its first rounds in a row under that round's tag): each common tag pairs
+            # the last round of each probe with it, never one round twice (the CPU batch16 case
+            # used the same batch round three times, an interval of zero width)
+            common = list(dict.fromkeys(t for t in held[0][1].taken_in
+                                        if t is not None and all(t in pr.taken_in for _, pr in held[1:])))
             if common:  # taken together: the case goes on from their common rounds
                 for a, pr in held:
-                    at[a] = [pr.taken_in.index(t) for t in common]
+                    last = {t: i for i, t in enumerate(pr.taken_in)}
+                    at[a] = [last[t] for t in common]
                 return at
         self.progress(f"{name}: new rounds of {', '.join(a for a, _ in held)} beside the case's other probes "
                       "(their earlier rounds were taken with other probes)")

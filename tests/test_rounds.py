@@ -735,3 +735,31 @@ def test_a_group_left_without_a_pairing_case_stops_before_measuring(pytester):
     shared = r["pair-gone"]["shared_rounds"]
     assert shared["stopped"] is True and "a" not in r["pair-gone"]["probes"]
     assert r["single"]["rounds"] == 3 and r["single"]["probes"]["a"]["info"]["rounds"] == 3
+
+
+def test_rounds_nested_under_one_tag_are_never_paired_twice(pytester):
+    """An engine probe nested in another probe's round takes its first rounds in a row, all under
+    that round's tag; a case pairing it uses each of its rounds once (it had used one round three
+    times: identical round figures and an interval of zero width)."""
+    pytester.makeconftest(GROUP_PROBES.replace("def pytest_voiceperf_add_probes(registry):", '''
+@probe("t.outer", outputs={"t": "s"}, engine="selftest")
+def outer(ctx, model: str = "a"):
+    inner = ctx.probe("t.on", model=model)
+    return Measurement({"t": inner.values["t"] * 2}, samples={"t": [inner.values["t"] * 2] * 3})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(outer.voiceperf_probe)''', 1))
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("outer-pair", "o.t / l.t", "{max: 100}",
+                                    "o: {probe: t.outer, model: a}\n          l: {probe: t.local, k: 1}"))
+    write(pytester, "b.yaml", claim("pair", "a.t / l.t", "{max: 100}",
+                                    "a: {probe: t.on, model: a}\n          l: {probe: t.local, k: 1}"))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-s")
+    res.assert_outcomes(passed=2)
+    r = results(pytester)["pair"]
+    used = r["probes"]["a"]["rounds_used"]
+    assert len(used) == r["rounds"] >= 3 and len(set(used)) == len(used), used
+    assert len(set(r["probes"]["l"]["rounds_used"])) == len(used)
+    a_rounds, l_rounds = r["probes"]["a"]["samples"]["t"], r["probes"]["l"]["samples"]["t"]
+    for i, v in enumerate(r["round_values"]):
+        assert v == pytest.approx(a_rounds[used[i]] / l_rounds[r["probes"]["l"]["rounds_used"][i]])
