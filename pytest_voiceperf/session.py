@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import expr, models, provenance, stats, timing
 from .claims import Case
-from .engines import EnginePool, caches, is_light
+from .engines import EnginePool, allocator, caches, is_light
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, call_key, spread
 from .verdict import fmt_value, judge
 
@@ -281,6 +281,7 @@ class VoiceperfSession:
         self.static_provenance: dict = {}  # git commit, packages: computed once per session
         # whether the engines' compile caches held anything before this run filled them
         self.static_provenance["caches"] = caches.describe()
+        self.static_provenance["engine_heap"] = allocator.describe(os.environ, self.device)
         self.engines = EnginePool(Path(tempfile.mkdtemp(prefix="voiceperf-logs-")),
                                   start_timeout=options.start_timeout,
                                   max_live=options.max_live_engines, progress=self.progress, timing=self.timing)

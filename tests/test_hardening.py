@@ -258,6 +258,33 @@ def test_engines_keep_their_compile_caches_in_one_user_folder(tmp_path, monkeypa
                     "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "vc" / "flashinfer")}
 
 
+def test_cpu_engine_workers_run_with_a_fixed_heap_policy(tmp_path, monkeypatch):
+    """glibc's moving mmap/trim thresholds made a CPU timing depend on the probe before it: a CPU
+    engine worker gets them fixed; a value the user set wins, a preloaded allocator is left alone,
+    and a CUDA worker keeps its environment."""
+    from pytest_voiceperf.engines import EngineProcess, allocator
+
+    names = list(allocator.FIXED)
+    for var in names:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+
+    def seen(spec):
+        eng = EngineProcess("selftest", spec, log_dir=tmp_path, start_timeout=60)
+        try:
+            return eng.call("environ", timeout=30, names=names)
+        finally:
+            eng.close()
+
+    assert seen({"model": "a", "device": "cpu"}) == {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                                                     "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    assert seen({"model": "a", "device": "cuda"}) == {"MALLOC_MMAP_THRESHOLD_": None, "MALLOC_TRIM_THRESHOLD_": None}
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "4096")
+    assert seen({"model": "a", "device": "cpu"})["MALLOC_TRIM_THRESHOLD_"] == "4096"
+    assert allocator.env({"LD_PRELOAD": "/usr/lib/libtcmalloc_minimal.so.4"}, "cpu") == {}
+    assert allocator.describe({}, "cpu")["policy"] == "glibc, thresholds fixed"
+
+
 def test_a_reusable_engine_worker_serves_the_next_instance_of_its_family(vp):
     """A family whose instances live in processes of their own (vLLM's engine core) starts its next
     instance in the same worker when the pool makes room: one process, two starts, both timed."""

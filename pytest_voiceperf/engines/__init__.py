@@ -38,7 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from .. import timing as _timing
 from ..probes import EngineError, Unmeasured
-from . import caches
+from . import allocator, caches
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,7 @@ class EngineProcess:
         self._log = open(self.log_path, "ab")
         penv = dict(os.environ)
         penv.update(caches.env(os.environ))  # compile and JIT caches kept between runs
+        penv.update(allocator.env(os.environ, spec.get("device")))  # CPU: a heap policy that does not move with what ran before
         penv.update(env or {})
         penv["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(

@@ -313,14 +313,18 @@ class Engine:
         if prompt_len + 1 > self.max_model_len:
             raise Unmeasured(f"prompt of {prompt_len} tokens exceeds max_model_len {self.max_model_len}")
         same = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
-        # every round warms up with a full prefill of its length (a distinct prompt): re-primed with
-        # a 64-token prompt, a CPU round measured the engine in whatever state the probe before it
-        # left: 2048-token prefill 407-419 tok/s after a 64-request batch or a cached prompt, 499-513
-        # after a 1024-token prefill, and llm-prefill-flat-above-1024 failed or passed by the order
-        # of the probes (results/cpu/shared-rounds/)
+        # a length seen before (an earlier round) has its kernels built: a later round re-primes with a
+        # short prompt. A full prefill every round (827c08a) cost 16 s a round at 2,048 tokens on the EPYC
+        # VM and did not end the order effect it was meant to (Intel VM: 416-423 tok/s after a 64-request
+        # batch, 494-541 after a 1,024 prefill). With the CPU heap policy of engines/allocator.py, on the
+        # EPYC VM, no warm-up gave 126-134 tok/s after a batch or a prefill and a full one 125-132
+        seen = self._seen("prefill", prompt_len, bool(repeat_prompt))
         with warming():
             for _ in range(int(warmup)):
-                self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
+                if seen and not repeat_prompt:
+                    self._run(common.random_prompts(1, min(prompt_len, 64), self.vocab, self._next_seed()), 1)
+                else:
+                    self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
         eng, wall, cached = [], [], []
         for i in range(reps):
             progress(f"vllm prefill {prompt_len} tokens, rep {i + 1}/{reps}"
