@@ -22,13 +22,15 @@ def main():
     for s in seq:
         t = time.perf_counter()
         if s.startswith("b"):
-            e.batch(int(s[1:]), tokens=16, reps=1); out = "batch"
+            e.batch(int(s[1:]), tokens=16, reps=1)
+            out = "batch"
         elif s.endswith("r"):
             out = p(int(s[:-1]), reps=1, repeat_prompt=True)
         elif s.endswith("w0"):
             out = p(int(s[:-2]), reps=1, warmup=0)
         elif "x" in s:
-            n, k = s.split("x"); out = p(int(n), reps=int(k))
+            n, k = s.split("x")
+            out = p(int(n), reps=int(k))
         else:
             out = p(int(s), reps=1)
         print(f"{s:8s} {time.perf_counter()-t:6.1f}s {out}", flush=True)
