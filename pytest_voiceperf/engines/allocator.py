@@ -18,9 +18,15 @@ FIXED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(
 PRELOADED = ("tcmalloc", "jemalloc", "mimalloc")
 
 
+def _preloaded(environ: Mapping[str, str]) -> str:
+    """LD_PRELOAD when it names an allocator of its own, else ''."""
+    preload = environ.get("LD_PRELOAD", "")
+    return preload if any(a in preload for a in PRELOADED) else ""
+
+
 def env(environ: Mapping[str, str], device: str | None) -> dict[str, str]:
     """The allocator variables of an engine worker's environment (none on CUDA or with a preloaded allocator)."""
-    if device == "cuda" or any(a in environ.get("LD_PRELOAD", "") for a in PRELOADED):
+    if device == "cuda" or _preloaded(environ):
         return {}
     return {k: environ.get(k) or v for k, v in FIXED.items()}
 
@@ -28,7 +34,6 @@ def env(environ: Mapping[str, str], device: str | None) -> dict[str, str]:
 def describe(environ: Mapping[str, str], device: str | None) -> dict:
     """Provenance: which heap policy the CPU engine workers ran with."""
     fixed = env(environ, device)
-    preload = environ.get("LD_PRELOAD", "")
-    return {"policy": ("glibc, thresholds fixed" if fixed else
-                       "preloaded: " + preload if any(a in preload for a in PRELOADED) else "as inherited"),
-            **fixed}
+    preload = _preloaded(environ)
+    policy = "glibc, thresholds fixed" if fixed else f"preloaded: {preload}" if preload else "as inherited"
+    return {"policy": policy, **fixed}
