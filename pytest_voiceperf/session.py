@@ -150,6 +150,8 @@ class ProbeContext:
         # round taken again is a new measurement, never a cached one)
         self.round = round
         self.attempt = attempt
+        # the engine instance of the probe whose round this is ("family:key"; None in-process)
+        self.instance: str | None = None
 
     @property
     def device(self) -> str:
@@ -173,14 +175,23 @@ class ProbeContext:
     def probe(self, name: str, **args) -> Measurement:
         if self.round is not None:
             spec = self.session.registry.get(name)
-            if spec is not None and spec.engine:
+            if spec is not None and spec.engine and self._instance_of(spec, args) != self.instance:
                 # an engine probe nested in another probe's round (the decode fit's model variants,
                 # the pipeline's ASR/LLM/TTS) takes its first min_rounds rounds in a row while its
                 # engine is live: round-major order over several engines restarted every one of them
-                # each round (H200, a resumed run: four vLLM starts of 40-80 s per round of a fit)
+                # each round (H200, a resumed run: four vLLM starts of 40-80 s per round of a fit).
+                # On the outer probe's own engine (llm.crossover's sweep) nothing restarts: its rounds
+                # stay one a round (in a row they cost two extra 1-and-16 decode pairs, ~15 s on the CPU)
                 self.session.measure_round(name, args, self, max(self.round, self.session.options.min_rounds - 1))
             return self.session.measure_round(name, args, self, self.round)
         return self.session.measure(name, args, self)
+
+    @staticmethod
+    def _instance_of(spec, args: dict) -> str | None:
+        try:
+            return spec.instance(args)
+        except Exception:  # arguments its engine_key cannot read: the probe itself will say so
+            return None
 
     def engine(self, family: str, spec: dict, env: dict | None = None):
         return self.session.engines.get(family, spec, env)
@@ -356,6 +367,7 @@ class VoiceperfSession:
         from .disturbance import ENGINE_LIMIT, Watch, wait_quiet
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
+        rctx.instance = rctx._instance_of(spec, pr.args)
         pr.attempts += 1
         self.round_serial += 1
         serial = self.round_serial
@@ -729,7 +741,9 @@ class VoiceperfSession:
                     ctx = ProbeContext(self, time.monotonic() + self.options.timeout)
                     try:
                         pr = self._probed(probe, args)
-                        if pr.rounds and pr.deterministic:
+                        # a round of it may exist with this tag already: another member of the group
+                        # reads it nested (llm.crossover's llm.batch) and took it in its own round
+                        if pr.rounds and (pr.deterministic or self._case_round in pr.taken_in):
                             continue
                         self.measure_round(probe, args, ctx, len(pr.rounds))
                     except (EngineError, Unmeasured) as exc:
@@ -742,7 +756,7 @@ class VoiceperfSession:
             self._case_round = None
         return {"engine": key, "rounds": n, "probes": len(members), "cases": n_cases,
                 "probes_left_out": len(members) - len(live), "stopped": stopped,
-                "seconds": round(time.monotonic() - t0, 2)}
+                "seconds": round(time.monotonic() - t0, 3)}
 
     def _blocks(self, order: list, name: str) -> list[list]:
         """The case's calls grouped by when their rounds are taken: all in one block (interleaved,

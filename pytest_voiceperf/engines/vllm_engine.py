@@ -317,8 +317,11 @@ class Engine:
         # short prompt. A full prefill every round (827c08a) cost 16 s a round at 2,048 tokens on the EPYC
         # VM and did not end the order effect it was meant to (Intel VM: 416-423 tok/s after a 64-request
         # batch, 494-541 after a 1,024 prefill). With the CPU heap policy of engines/allocator.py, on the
-        # EPYC VM, no warm-up gave 126-134 tok/s after a batch or a prefill and a full one 125-132
-        seen = self._seen("prefill", prompt_len, bool(repeat_prompt))
+        # EPYC VM, no warm-up gave 126-134 tok/s after a batch or a prefill and a full one 125-132,
+        # and a length's first prefill with no warm-up at all the same as its later ones (2,048: 134
+        # then 135, full warm-up 132; results/cpu/allocator/run5.txt): on the CPU a new length primes
+        # short too (28 s of the CPU default). The trap's repeated prompt must be cached: it runs in full.
+        seen = self._seen("prefill", prompt_len, bool(repeat_prompt)) or self.device == "cpu"
         with warming():
             for _ in range(int(warmup)):
                 if seen and not repeat_prompt:
