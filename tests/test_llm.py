@@ -310,8 +310,9 @@ class _FakeEngineCtx:
                                        "params": {"total": 10**6, "non_embedding": 5 * 10**5}}})()
 
     def call(self, fam, spec, method, concurrency, tokens, reps, prompt_len):
+        # totals[(b, n)]: the n-th measurement of batch b (0 first), where it differs from totals[b]
+        t = self.totals.get((concurrency, self.calls.count(concurrency)), self.totals[concurrency])
         self.calls.append(concurrency)
-        t = self.totals[concurrency]
         return {"total_tok_s": t, "tok_s": [x / concurrency for x in t]}
 
 
@@ -334,7 +335,8 @@ def test_a_later_round_of_the_crossover_measures_the_first_sweeps_saturated_batc
              32: [580.0, 580.0]}
     later = {1: [105.0, 115.0], 4: [700.0, 700.0], 8: [630.0, 690.0]}
     (m0, calls0), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
-    assert calls0 == [1, 2, 4, 8, 16, 32] and calls1 == [1, 4, 8]
+    # saturated at 32, the peak (8) measured once more before the sweep ends
+    assert calls0 == [1, 2, 4, 8, 16, 32, 8] and calls1 == [1, 4, 8]
     assert m0.values["crossover"] == pytest.approx(6.0) and m0.samples["crossover"] == pytest.approx([6.0, 6.0])
     assert m0.info["measured_batches"] == [1, 2, 4, 8, 16, 32]
     assert m1.values["saturated_at"] == 8 and m1.info["saturated_from"] == "first sweep"
@@ -347,6 +349,23 @@ def test_a_later_round_of_the_crossover_measures_the_first_sweeps_saturated_batc
     (_, _), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
     assert calls1 == [1, 4] and m1.values["saturated_at"] == 4
     assert m1.samples["crossover"] == pytest.approx([640 / 105, 680 / 115])
+
+
+def test_a_spike_at_the_peak_does_not_end_the_sweep(monkeypatch):
+    # batch 4 reads 500 once (a spike): 8 and 16 look flat against it. Measured again it reads 330,
+    # its figure the median 415, so 16 is not flat and the sweep goes on to saturate at 64
+    first = {1: [100.0], 2: [190.0], 4: [500.0], (4, 1): [330.0], 8: [440.0], 16: [540.0], 32: [580.0],
+             64: [590.0], 128: [600.0]}
+    (m0, calls0), = _crossover_rounds(monkeypatch, [first])
+    assert calls0 == [1, 2, 4, 8, 16, 4, 32, 64]
+    sweep = {r["batch"]: r for r in m0.info["sweep"]}
+    assert sweep[4]["total_tok_s"] == pytest.approx(415) and sweep[4]["confirmed"]
+    assert sweep[16]["flat"] is False and sweep[32]["flat"] is True and sweep[64]["flat"] is True
+    assert m0.values["saturated_at"] == 64 and m0.values["crossover"] == pytest.approx(5.9)
+    # a peak that holds when measured again ends the sweep where it was
+    first[(4, 1)] = [500.0]
+    (m0, calls0), = _crossover_rounds(monkeypatch, [first])
+    assert calls0 == [1, 2, 4, 8, 16, 4] and m0.values["saturated_at"] == 16
 
 
 @needs_vllm
