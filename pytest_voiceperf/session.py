@@ -139,6 +139,15 @@ def _device_name(device: str) -> str:
     return name
 
 
+def _instance_of(spec, args: dict) -> str | None:
+    """The engine instance a probe call needs ("family:key"), None in-process or where its engine_key
+    cannot read the arguments (the probe itself then says so)."""
+    try:
+        return spec.instance(args)
+    except Exception:
+        return None
+
+
 class ProbeContext:
     """What a probe function sees: the device, other probes, engines, models, progress."""
 
@@ -175,7 +184,7 @@ class ProbeContext:
     def probe(self, name: str, **args) -> Measurement:
         if self.round is not None:
             spec = self.session.registry.get(name)
-            if spec is not None and spec.engine and self._instance_of(spec, args) != self.instance:
+            if spec is not None and spec.engine and _instance_of(spec, args) != self.instance:
                 # an engine probe nested in another probe's round (the decode fit's model variants,
                 # the pipeline's ASR/LLM/TTS) takes its first min_rounds rounds in a row while its
                 # engine is live: round-major order over several engines restarted every one of them
@@ -185,13 +194,6 @@ class ProbeContext:
                 self.session.measure_round(name, args, self, max(self.round, self.session.options.min_rounds - 1))
             return self.session.measure_round(name, args, self, self.round)
         return self.session.measure(name, args, self)
-
-    @staticmethod
-    def _instance_of(spec, args: dict) -> str | None:
-        try:
-            return spec.instance(args)
-        except Exception:  # arguments its engine_key cannot read: the probe itself will say so
-            return None
 
     def engine(self, family: str, spec: dict, env: dict | None = None):
         return self.session.engines.get(family, spec, env)
@@ -367,7 +369,7 @@ class VoiceperfSession:
         from .disturbance import ENGINE_LIMIT, Watch, wait_quiet
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
-        rctx.instance = rctx._instance_of(spec, pr.args)
+        rctx.instance = _instance_of(spec, pr.args)
         pr.attempts += 1
         self.round_serial += 1
         serial = self.round_serial

@@ -738,18 +738,22 @@ def test_a_group_left_without_a_pairing_case_stops_before_measuring(pytester):
     assert r["single"]["rounds"] == 3 and r["single"]["probes"]["a"]["info"]["rounds"] == 3
 
 
-def test_rounds_nested_under_one_tag_are_never_paired_twice(pytester):
-    """An engine probe nested in another probe's round takes its first rounds in a row, all under
-    that round's tag; a case pairing it uses each of its rounds once (it had used one round three
-    times: identical round figures and an interval of zero width)."""
-    pytester.makeconftest(GROUP_PROBES.replace("def pytest_voiceperf_add_probes(registry):", '''
+# t.outer reads t.on nested in its own round, on the same engine (as llm.crossover reads llm.batch)
+NESTED_PROBES = GROUP_PROBES.replace("def pytest_voiceperf_add_probes(registry):", '''
 @probe("t.outer", outputs={"t": "s"}, engine="selftest")
 def outer(ctx, model: str = "a"):
     inner = ctx.probe("t.on", model=model)
     return Measurement({"t": inner.values["t"] * 2}, samples={"t": [inner.values["t"] * 2] * 3})
 
 def pytest_voiceperf_add_probes(registry):
-    registry.add(outer.voiceperf_probe)''', 1))
+    registry.add(outer.voiceperf_probe)''', 1)
+
+
+def test_rounds_nested_under_one_tag_are_never_paired_twice(pytester):
+    """An engine probe nested in another probe's round takes its first rounds in a row, all under
+    that round's tag; a case pairing it uses each of its rounds once (it had used one round three
+    times: identical round figures and an interval of zero width)."""
+    pytester.makeconftest(NESTED_PROBES)
     pytester.mkdir("claims")
     write(pytester, "a.yaml", claim("outer-pair", "o.t / l.t", "{max: 100}",
                                     "o: {probe: t.outer, model: a}\n          l: {probe: t.local, k: 1}"))
@@ -771,14 +775,7 @@ def test_a_probe_nested_on_its_own_engine_takes_one_round_a_round(pytester):
     in a row (to keep another engine live), and then cases pairing it beside other probes took three
     more of their own: six rounds of decodes for three. On the outer probe's own engine its rounds
     are taken one a round, and every case of the group shares those three."""
-    pytester.makeconftest(GROUP_PROBES.replace("def pytest_voiceperf_add_probes(registry):", '''
-@probe("t.outer", outputs={"t": "s"}, engine="selftest")
-def outer(ctx, model: str = "a"):
-    inner = ctx.probe("t.on", model=model)
-    return Measurement({"t": inner.values["t"] * 2}, samples={"t": [inner.values["t"] * 2] * 3})
-
-def pytest_voiceperf_add_probes(registry):
-    registry.add(outer.voiceperf_probe)''', 1))
+    pytester.makeconftest(NESTED_PROBES)
     pytester.mkdir("claims")
     write(pytester, "a.yaml", claim("outer-alone", "o.t / l.t", "{max: 100}",
                                     "o: {probe: t.outer, model: a}\n          l: {probe: t.local, k: 1}"))

@@ -317,7 +317,7 @@ class Engine:
         # prefix cache (or, evicted, prefills it again) instead of prefilling a new one (6 s a CPU round)
         if repeat_prompt and prompt_len not in self._trap_prompts:
             self._trap_prompts[prompt_len] = common.random_prompts(1, prompt_len, self.vocab, self._next_seed())
-        same = self._trap_prompts.get(prompt_len, []) if repeat_prompt else []
+        same = self._trap_prompts.get(prompt_len, [])
         # a length seen before (an earlier round) has its kernels built: a later round re-primes with a
         # short prompt. A full prefill every round (827c08a) cost 16 s a round at 2,048 tokens on the EPYC
         # VM and did not end the order effect it was meant to (Intel VM: 416-423 tok/s after a 64-request
@@ -329,10 +329,8 @@ class Engine:
         seen = self._seen("prefill", prompt_len, bool(repeat_prompt)) or self.device == "cpu"
         with warming():
             for _ in range(int(warmup)):
-                if seen and not repeat_prompt:
-                    self._run(common.random_prompts(1, min(prompt_len, 64), self.vocab, self._next_seed()), 1)
-                else:
-                    self._run(same if repeat_prompt else common.random_prompts(1, prompt_len, self.vocab, self._next_seed()), 1)
+                n = prompt_len if not seen else min(prompt_len, 64)
+                self._run(same if repeat_prompt else common.random_prompts(1, n, self.vocab, self._next_seed()), 1)
         eng, wall, cached = [], [], []
         for i in range(reps):
             progress(f"vllm prefill {prompt_len} tokens, rep {i + 1}/{reps}"
