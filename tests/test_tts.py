@@ -181,6 +181,8 @@ def voxcpm_session(tmp_path_factory):
     (d / "syn.yaml").write_text(claim(
         "t-syn", f'syn: {{probe: tts.synthesis, {common}, patches: "2,4,6,8,10", timesteps: 4, reps: 2}}',
         "syn.rtf", "{max: 100.0}"))  # a timed metric far from its bound: decided after the minimum rounds
+    (d / "rtf.yaml").write_text(claim(
+        "t-rtf", f"syn: {{probe: tts.rtf, {common}, patches: 6, timesteps: 4, reps: 2}}", "syn.rtf", "{max: 100.0}"))
     (d / "steps.yaml").write_text(claim(
         "t-steps", f'st: {{probe: tts.steps, {common}, timesteps: "2,4,8", patches: "2,6", reps: 2, ref_timesteps: 8}}',
         "st.fixed_share"))
@@ -222,6 +224,20 @@ def test_synthesis_probe(voxcpm_session):
     assert info["versions"]["voxcpm"]
     eng = [e for e in doc["provenance"]["engines"] if e["family"] == "voxcpm"]
     assert eng and eng[0]["info"]["dtype"] == "float32" and eng[0]["info"]["optimize"] is False
+
+
+@needs_voxcpm
+def test_rtf_probe_times_one_length(voxcpm_session):
+    """tts.rtf: the real-time factor of one length, without the fit's other lengths."""
+    results, _, log = voxcpm_session
+    r = results["t-rtf"]
+    assert r["outcome"] == "passed", log[-3000:]
+    p = r["probes"]["syn"]
+    v, info = p["values"], p["info"]
+    assert info["patches"] == [6] and v["audio_s"] == pytest.approx(0.96)
+    assert v["rtf"] == pytest.approx(v["time_s"] / v["audio_s"]) and v["rtf"] > 0 and v["peak_mem_bytes"] > 0
+    assert len(p["samples"]["rtf"]) == info["rounds"] >= 3
+    assert "tts.rtf: voxcpm2-tiny at 6 patches" in log
 
 
 @needs_voxcpm

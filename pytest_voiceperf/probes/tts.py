@@ -182,6 +182,40 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     })
 
 
+@probe("tts.rtf", engine="voxcpm", engine_key=_tts_key,
+       choices={"dtype": tuple(DTYPES), "runtime": tuple(RUNTIMES)},
+       outputs={"rtf": "", "time_s": "s", "audio_s": "s", "peak_mem_bytes": "B"}, exact=("audio_s",))
+def rtf(ctx, model: str = "voxcpm2-tiny", patches: int = 24, timesteps: int = 10, reps: int = 3,
+        dtype: str = "bfloat16", optimize: bool = False, runtime: str = "pytorch"):
+    """Real-time factor of whole-utterance synthesis at one length: median time / audio seconds.
+
+    The same timed call as ``tts.synthesis`` (warm-up, then ``reps`` runs), at one length only: a
+    real-time factor needs no fit, and the five shorter lengths of the fit cost about 70% of a
+    synthesis round (full-size VoxCPM2 in float32 on an H200: 90 s a round).
+    """
+    n = _ints(patches, "patches")
+    if len(n) != 1 or n[0] < 1:
+        raise Unmeasured(f"tts.rtf takes one length (a positive patch count), got {patches!r}")
+    family, spec = voxcpm_spec(ctx, model, dtype, optimize, runtime, timesteps)
+    ctx.progress(f"tts.rtf: {model} at {n[0]} patches, {timesteps} diffusion steps, {reps} runs")
+    r, info = _voxcpm(ctx, family, spec, "synthesis", patches=n, timesteps=int(timesteps), reps=int(reps))
+    audio = r["samples"][0] / r["sample_rate"]
+    if audio <= 0:
+        raise Unmeasured("measurement invalid: the synthesis returned no audio")
+    times = r["times"][0]
+    med = statistics.median(times)
+    return Measurement({"rtf": med / audio, "time_s": med, "audio_s": audio,
+                        "peak_mem_bytes": float(r["peak_mem_bytes"])},
+                       {"rtf": [t / audio for t in times], "time_s": list(times)}, info={
+        **_engine_info(info), "patches": r["patches"], "audio_s": [audio], "times_s": r["times"],
+        "timesteps": r["timesteps"], "peak_mem_kind": r.get("peak_mem_kind"),
+        "peak_reserved_bytes": r.get("peak_reserved_bytes"), "passes": r.get("passes"),
+        "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
+                   "Nano-vLLM generate with max_generate_length = patches, time to the last chunk")
+                  + "; warm-up at the length, then the timed runs back to back",
+    })
+
+
 @probe("tts.steps", engine="voxcpm", engine_key=_tts_key,
        choices={"dtype": tuple(DTYPES), "runtime": tuple(RUNTIMES)}, outputs={
     "per_step_s": "s", "fixed_s": "s", "fixed_share": "", "r2": "", "patch_s_ref": "s", "speedup": "",
