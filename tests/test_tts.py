@@ -202,13 +202,18 @@ def voxcpm_session(tmp_path_factory):
     return {r["claim"]: r for r in doc["results"]}, doc, proc.stdout
 
 
+def _passed_probe(results: dict, claim_id: str, alias: str, log: str) -> tuple[dict, dict, dict]:
+    """The probe record, values and info of a case that must have passed (the log tail if not)."""
+    r = results[claim_id]
+    assert r["outcome"] == "passed", log[-3000:]
+    p = r["probes"][alias]
+    return p, p["values"], p["info"]
+
+
 @needs_voxcpm
 def test_synthesis_probe(voxcpm_session):
     results, doc, log = voxcpm_session
-    r = results["t-syn"]
-    assert r["outcome"] == "passed", log[-3000:]
-    p = r["probes"]["syn"]
-    v, info = p["values"], p["info"]
+    p, v, info = _passed_probe(results, "t-syn", "syn", log)
     assert v["points"] == 5 and v["audio_s_per_patch"] == pytest.approx(0.16)
     assert info["audio_s"] == pytest.approx([0.32, 0.64, 0.96, 1.28, 1.6])  # exactly 7,680 samples per patch
     assert v["slope"] > 0 and 0 <= v["r2"] <= 1 and 0 <= v["r2_best"] <= 1
@@ -230,10 +235,7 @@ def test_synthesis_probe(voxcpm_session):
 def test_rtf_probe_times_one_length(voxcpm_session):
     """tts.rtf: the real-time factor of one length, without the fit's other lengths."""
     results, _, log = voxcpm_session
-    r = results["t-rtf"]
-    assert r["outcome"] == "passed", log[-3000:]
-    p = r["probes"]["syn"]
-    v, info = p["values"], p["info"]
+    p, v, info = _passed_probe(results, "t-rtf", "syn", log)
     assert info["patches"] == [6] and v["audio_s"] == pytest.approx(0.96)
     assert v["rtf"] == pytest.approx(v["time_s"] / v["audio_s"]) and v["rtf"] > 0 and v["peak_mem_bytes"] > 0
     assert len(p["samples"]["rtf"]) == info["rounds"] >= 3

@@ -170,16 +170,22 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
         "rtf": [ts[-1] / audio[-1] for ts in zip(*r["times"])][:rounds],
     }
     return Measurement(values, samples, info={
-        **_engine_info(info), "patches": r["patches"], "audio_s": audio, "times_s": r["times"],
-        "median_s": med, "timesteps": r["timesteps"], "fit": fit, "fit_best": best,
+        **_synthesis_info(family, info, r, "warm-up at each length; rounds interleave the lengths; fit of the "
+                                           "per-length medians (scipy.stats.linregress)"),
+        "audio_s": audio, "median_s": med, "fit": fit, "fit_best": best,
+    })
+
+
+def _synthesis_info(family: str, info: dict, r: dict, how: str) -> dict:
+    """What tts.synthesis and tts.rtf keep of an engine's ``synthesis`` call, and how it was timed."""
+    return {
+        **_engine_info(info), "patches": r["patches"], "times_s": r["times"], "timesteps": r["timesteps"],
         "peak_mem_kind": r.get("peak_mem_kind"), "peak_reserved_bytes": r.get("peak_reserved_bytes"),
         "passes": r.get("passes"),  # Nano-vLLM: GPU clocks and engine CPU seconds before and after each pass
         "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
                    "Nano-vLLM generate with max_generate_length = patches (random weights: a stop head that "
-                   "never fires), time to the last chunk")
-                  + "; warm-up at each length; rounds interleave the lengths; fit of the per-length medians "
-                    "(scipy.stats.linregress)",
-    })
+                   "never fires), time to the last chunk") + "; " + how,
+    }
 
 
 @probe("tts.rtf", engine="voxcpm", engine_key=_tts_key,
@@ -207,12 +213,8 @@ def rtf(ctx, model: str = "voxcpm2-tiny", patches: int = 24, timesteps: int = 10
     return Measurement({"rtf": med / audio, "time_s": med, "audio_s": audio,
                         "peak_mem_bytes": float(r["peak_mem_bytes"])},
                        {"rtf": [t / audio for t in times], "time_s": list(times)}, info={
-        **_engine_info(info), "patches": r["patches"], "audio_s": [audio], "times_s": r["times"],
-        "timesteps": r["timesteps"], "peak_mem_kind": r.get("peak_mem_kind"),
-        "peak_reserved_bytes": r.get("peak_reserved_bytes"), "passes": r.get("passes"),
-        "method": ("whole-utterance VoxCPM.generate with min_len = max_len = patches" if family == "voxcpm" else
-                   "Nano-vLLM generate with max_generate_length = patches, time to the last chunk")
-                  + "; warm-up at the length, then the timed runs back to back",
+        **_synthesis_info(family, info, r, "warm-up at the length, then the timed runs back to back"),
+        "audio_s": [audio],
     })
 
 
