@@ -149,6 +149,21 @@ def test_profile_deselects_cases(vp):
     res.assert_outcomes(passed=2)
 
 
+def test_the_cuda_gate_profile_keeps_every_shipped_claim_and_fewer_cases_than_full(pytester):
+    # the gate narrows sizes and precisions, never whole claims: each claim file keeps a case in it
+    root = Path(__file__).resolve().parents[1] / "claims"
+
+    def collected(profile):
+        res = pytester.runpytest("--voiceperf", "--voiceperf-claims", str(root), "--voiceperf-profile", profile,
+                                 "--collect-only", "-q")
+        return [line for line in res.outlines if "::" in line]
+
+    cuda, full = collected("cuda"), collected("full")
+    files = {p.stem for p in root.rglob("*.yaml")}
+    assert {line.split("::")[0].rsplit("/", 1)[-1].removesuffix(".yaml") for line in cuda} == files
+    assert len(files) < len(cuda) < len(full)
+
+
 def test_probe_fixture_for_python_checks(vp):
     vp.makepyfile(test_py="""
         def test_bw(voiceperf):

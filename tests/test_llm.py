@@ -183,7 +183,7 @@ def _shared(pytester):
 
 # -- no engine start ----------------------------------------------------------------------------
 def test_llm_claim_files_load_and_profiles(pytester):
-    """All shipped llm-* claims load; the cpu profile keeps the 0.6B shape, the cuda one the larger models."""
+    """All shipped llm-* claims load; the cpu profile keeps the 0.6B shape, the cuda gate the 0.6B and 4B."""
     root = Path(__file__).resolve().parents[1] / "claims" / "llm"
     ids = sorted(p.stem for p in root.glob("*.yaml"))
     for want in ("llm-decode-roofline", "llm-decode-bandwidth-fraction", "llm-decode-llamacpp-fraction",
@@ -202,10 +202,17 @@ def test_llm_claim_files_load_and_profiles(pytester):
     res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--collect-only", "-q",
                                         "--voiceperf-profile", "cuda")
     out = res.stdout.str()
-    for case in ("llm-decode-bandwidth-fraction[qwen3-1.7b-fp8]", "llm-decode-roofline[qwen3-8b]",
+    for case in ("llm-decode-bandwidth-fraction[qwen3-4b-fp8]", "llm-decode-roofline[qwen3-4b]",
                  "llm-fp16-12b-bound[qwen3-14b]", "llm-prefill-compute-fraction[qwen3-4b-4096]",
-                 "llm-batch-compute-crossover[qwen3-4b-fp8-float8]"):
+                 "llm-batch-compute-crossover[qwen3-0.6b-fp8-float8]"):
         assert case in out
+    # the gate's sizes are the 0.6B and 4B; 1.7B and 8B run in the full profile
+    # (tensor parallelism is about 8B and 14B: it needs two GPUs and keeps its own sizes)
+    single = [ln for ln in out.splitlines() if "::llm-" in ln and "tensor-parallel" not in ln]
+    assert single and not any(s in ln for ln in single for s in ("qwen3-1.7b]", "qwen3-8b]", "qwen3-8b-"))
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--collect-only", "-q",
+                                        "--voiceperf-profile", "full")
+    assert "llm-decode-roofline[qwen3-8b]" in res.stdout.str()
 
 
 def test_fp8_on_cpu_is_unmeasured_with_reason(pytester):
