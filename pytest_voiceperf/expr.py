@@ -91,6 +91,8 @@ def check(text: Any, *, names: set[str], aliases: Mapping[str, set[str]] | None 
                 raise ExprError(f"the {what} {text!r} uses the unknown name {node.id!r}; known names: "
                                 f"{', '.join(sorted(set(names) | set(aliases))) or 'none'}")
     compare_operands = {id(c) for n in nodes if isinstance(n, ast.Compare) for c in [n.left, *n.comparators]}
+    # a tuple compared as a whole (model in ('a', 'b')) compares each of its items
+    compare_operands |= {id(e) for n in nodes if isinstance(n, ast.Tuple) and id(n) in compare_operands for e in n.elts}
     for node in nodes:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in compare_operands:
             raise ExprError(f"the {what} {text!r} uses a string outside a comparison; strings may only be compared "
@@ -139,6 +141,8 @@ def evaluate(text: str, names: Mapping[str, Any], outputs: Mapping[str, Mapping[
     for alias, values in (outputs or {}).items():
         env[alias] = _Outputs(values)
     ev = simpleeval.SimpleEval(names=env, functions=FUNCTIONS)
+    # check() accepts tuples; simpleeval's plain evaluator has no node for them
+    ev.nodes[ast.Tuple] = lambda node: tuple(ev._eval(e) for e in node.elts)
     try:
         return ev.eval(text.strip())
     except ZeroDivisionError:

@@ -149,6 +149,12 @@ def test_profile_deselects_cases(vp):
     res.assert_outcomes(passed=2)
 
 
+def test_a_profile_condition_may_name_a_set_of_values(vp):
+    write(vp, "p.yaml", claim("c-p", metric="m.x", extra="params:\n  size: [small, mid, big]\n"
+                                                          "profiles:\n  cpu: \"size in ('small', 'mid')\"\n"))
+    vp.runpytest("--voiceperf", "--voiceperf-device", "cpu").assert_outcomes(passed=2, deselected=1)
+
+
 def test_the_cuda_gate_profile_keeps_every_shipped_claim_and_fewer_cases_than_full(pytester):
     # the gate narrows sizes and precisions, never whole claims: each claim file keeps a case in it
     root = Path(__file__).resolve().parents[1] / "claims"
