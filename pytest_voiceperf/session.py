@@ -575,6 +575,11 @@ class VoiceperfSession:
         elif result.unstable:
             mode_txt = (f" unstable: repetitions of this run between {fmt_value(result.unstable[0], claim.unit)} and "
                         f"{fmt_value(result.unstable[1], claim.unit)};")
+        if ev["decision"] == "inconclusive" and ev["ci_method"] == stats.ONE_ROUND:
+            raise Unmeasured(f"inconclusive: {fmt_value(result.value, claim.unit)} from one round; a timed figure "
+                             f"is decided by the spread between independent rounds, so it needs 2 or more "
+                             f"(rounds {n_min}-{n_max} here: --voiceperf-rounds, ini voiceperf_min_rounds or the "
+                             f"claim's rounds.min)")
         if ev["decision"] == "inconclusive":
             raise Unmeasured(f"inconclusive:{mode_txt} {fmt_value(result.value, claim.unit)}, interval {ci_txt} "
                              f"straddles {claim.expect.describe()} after {result.rounds} rounds "
@@ -857,7 +862,7 @@ class VoiceperfSession:
         if det or len(values) < 2:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
-                                          stats.ONE_MEASUREMENT if det else "one round")
+                                          stats.ONE_MEASUREMENT if det else stats.ONE_ROUND)
         else:
             ci = stats.interval(values) or (value, value)
             method = stats.CI_METHOD
@@ -878,7 +883,8 @@ class VoiceperfSession:
         return {"value": value, "round_values": values, "rep_samples": reps, "rounds": rounds, "ci": ci,
                 "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
                 "unstable": list(unstable) if unstable else None,
-                "decision": stats.decide(ci, lo, hi)}
+                # a timed figure of one round has no spread between rounds: never decided from it
+                "decision": "inconclusive" if method == stats.ONE_ROUND else stats.decide(ci, lo, hi)}
 
     @staticmethod
     def _metric_samples(metric: str, names: dict, outputs: dict, samples: dict) -> list[float]:

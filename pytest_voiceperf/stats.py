@@ -30,6 +30,7 @@ CI_METHOD = "Student-t 95% interval of the mean of the round figures"
 # a probe that gives one figure per run (a search such as asr.streams) without declaring it exact:
 # the verdict reads that one figure; there is no interval, and the gate does not compare it as a count
 ONE_MEASUREMENT = "one measurement: the probe gives one figure per run (a search), not rounds; no interval"
+ONE_ROUND = "one round of a timed figure: no spread between rounds, so no interval and no verdict"
 
 
 def t_quantile(p: float, df: float) -> float:

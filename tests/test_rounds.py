@@ -787,3 +787,19 @@ def test_a_probe_nested_on_its_own_engine_takes_one_round_a_round(pytester):
     assert r["outer-alone"]["rounds"] == r["pair"]["rounds"] == 3
     assert r["pair"]["probes"]["a"]["info"]["rounds"] == 3
     assert r["pair"]["probes"]["a"]["rounds_used"] == [0, 1, 2]
+
+
+def test_one_round_of_a_timed_figure_decides_nothing(vp):
+    """--voiceperf-rounds 1 (a cache-warming pass) gives a figure, never a verdict: no spread between
+    rounds; with room for more rounds the case takes them until decided."""
+    write(vp, "p.yaml", claim("c-far", expect="{min: 0.5}", measure="m: {probe: t.const, x: 1.0, jitter: 0.02}"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-rounds", "1:1", "--voiceperf-json", "o.json")
+    res.stdout.fnmatch_lines(["*1 inconclusive*"])
+    r = results(vp)["c-far"]
+    assert r["outcome"] == "unmeasured" and r["rounds"] == 1 and r["decision"] == "inconclusive"
+    assert r["reason"].startswith("inconclusive: ") and "from one round" in r["reason"]
+    assert "rounds 1-1 here" in r["reason"] and r["ci_method"] == stats.ONE_ROUND
+    res = vp.runpytest("--voiceperf", "--voiceperf-rounds", "1:4", "--voiceperf-json", "o.json")
+    res.assert_outcomes(passed=1)
+    r = results(vp)["c-far"]
+    assert r["outcome"] == "passed" and r["rounds"] == 2 and r["ci"][0] > 0.5
