@@ -548,8 +548,10 @@ class VoiceperfSession:
                     futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
                                 f"would still give {_fmt_ci(hopeless, claim.unit)}")
                     break
-                self.progress(f"{case.claim.id}: interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
-                              f"{claim.expect.describe()} after {n} rounds; one more round")
+                self.progress(f"{case.claim.id}: " + ("one round decides nothing" if ev["ci_method"] == stats.ONE_ROUND
+                                                      else f"interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
+                                                           f"{claim.expect.describe()} after {n} rounds")
+                              + "; one more round")
                 n += 1
         finally:
             self._case_round = None
@@ -859,7 +861,8 @@ class VoiceperfSession:
         lo, hi = claim.expect.bounds()
         value = float(statistics.median(values))
         md = unstable = None
-        if det or len(values) < 2:
+        one_round = not det and len(values) < 2  # a timed figure with no spread between rounds
+        if det or one_round:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
                                           stats.ONE_MEASUREMENT if det else stats.ONE_ROUND)
@@ -883,8 +886,7 @@ class VoiceperfSession:
         return {"value": value, "round_values": values, "rep_samples": reps, "rounds": rounds, "ci": ci,
                 "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
                 "unstable": list(unstable) if unstable else None,
-                # a timed figure of one round has no spread between rounds: never decided from it
-                "decision": "inconclusive" if method == stats.ONE_ROUND else stats.decide(ci, lo, hi)}
+                "decision": "inconclusive" if one_round else stats.decide(ci, lo, hi)}
 
     @staticmethod
     def _metric_samples(metric: str, names: dict, outputs: dict, samples: dict) -> list[float]:

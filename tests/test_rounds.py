@@ -801,5 +801,6 @@ def test_one_round_of_a_timed_figure_decides_nothing(vp):
     assert "rounds 1-1 here" in r["reason"] and r["ci_method"] == stats.ONE_ROUND
     res = vp.runpytest("--voiceperf", "--voiceperf-rounds", "1:4", "--voiceperf-json", "o.json")
     res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*c-far: one round decides nothing; one more round*"])
     r = results(vp)["c-far"]
     assert r["outcome"] == "passed" and r["rounds"] == 2 and r["ci"][0] > 0.5
