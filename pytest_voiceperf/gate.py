@@ -155,8 +155,9 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   f"disturbed: {side} measured it on a disturbed machine"))
             continue
+        keys = dict.fromkeys(_probe_keys(new) + _probe_keys(old))
         drift = [f"{side}: {d[k]}" for side, d in (("baseline", drift_old), ("this run", drift_new)) if d
-                 for k in _probe_keys(new) if k in d]
+                 for k in keys if k in d]
         if drift:
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
@@ -204,7 +205,9 @@ def _call(p) -> str:
 
 
 def _probe_keys(r: ResultRecord) -> list[str]:
-    return [_call(p) for p in r.probes.values()]
+    """The probe calls a case's figures come from: its own, and those its probes read inside their
+    rounds (a ceiling the decode fit divides by)."""
+    return list(dict.fromkeys(k for p in r.probes.values() for k in [_call(p), *p.reads]))
 
 
 def _rel(old: float, new: float) -> float:

@@ -33,6 +33,10 @@ class ProbeRecord(BaseModel):
     exact: list[str] = Field(default_factory=list, description="the outputs the probe declares exact (counts of a "
                                                              "deterministic computation): the gate compares them "
                                                              "as they are, its timings only over rounds")
+    reads: list[str] = Field(default_factory=list, description="the probe calls (identities as in `call`) its "
+                                                               "rounds read, directly or through other calls: the "
+                                                               "gate leaves its figures alone when one of them "
+                                                               "drifted during the run (empty in older files)")
     first_round: int = Field(0, description="the probe's round (0-based, of all its rounds this session) that the "
                                             "case's first round used (rounds_used[0])")
     rounds_used: list[int] | None = Field(None, description="the probe's rounds (0-based, of all its rounds this "

@@ -161,6 +161,9 @@ class ProbeContext:
         self.attempt = attempt
         # the engine instance of the probe whose round this is ("family:key"; None in-process)
         self.instance: str | None = None
+        # the probe calls this round read (keys), kept on the outer probe: a figure computed from a
+        # ceiling read inside its round (the decode fit's read bandwidth) moves when that ceiling does
+        self.reads: set[str] | None = None
 
     @property
     def device(self) -> str:
@@ -182,6 +185,8 @@ class ProbeContext:
         return max(1.0, self.deadline - time.monotonic())
 
     def probe(self, name: str, **args) -> Measurement:
+        if self.reads is not None:
+            self.reads.add(self.session._key(name, args))
         if self.round is not None:
             spec = self.session.registry.get(name)
             if spec is not None and spec.engine and _instance_of(spec, args) != self.instance:
@@ -370,6 +375,7 @@ class VoiceperfSession:
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         rctx.instance = _instance_of(spec, pr.args)
+        rctx.reads = pr.reads
         pr.attempts += 1
         self.round_serial += 1
         serial = self.round_serial
@@ -815,11 +821,27 @@ class VoiceperfSession:
                                          "samples": m.samples, "info": m.info,
                                          "units": dict(spec.outputs) if spec else {},
                                          "exact": sorted(spec.exact) if spec else [],
+                                         "reads": self._reads_of(pr),
                                          "first_round": used[0] if used else 0,
                                          "rounds_used": used if used is not None else
                                          list(range(min(n, len(pr.rounds))))}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
+
+    def _reads_of(self, pr: "Probed") -> list[str]:
+        """The probe calls a probe's rounds read, directly or through the calls they read (the
+        pipeline's LLM decode, a fit's ceiling)."""
+        seen: set[str] = set()
+        todo = list(pr.reads)
+        while todo:
+            k = todo.pop()
+            if k in seen:
+                continue
+            seen.add(k)
+            hit = self._cache.get(k)
+            if isinstance(hit, Probed):
+                todo += hit.reads
+        return sorted(seen)
 
     def _floor(self, claim) -> float:
         """The claim's run-to-run floor of a timed figure's interval (relative), else the session's."""
@@ -998,6 +1020,7 @@ class Probed:
         self.dropped: list[dict] = []  # disturbed rounds: their records with the causes
         self.taken_in: list[tuple | None] = []  # per clean round: (case serial, case round) that took it
         self.attempts = 0
+        self.reads: set[str] = set()  # keys of the probe calls its rounds read (ProbeContext.probe)
         self.aggregated: Measurement | None = None
 
     @property

@@ -804,3 +804,54 @@ def test_one_round_of_a_timed_figure_decides_nothing(vp):
     res.stdout.fnmatch_lines(["*c-far: one round decides nothing; one more round*"])
     r = results(vp)["c-far"]
     assert r["outcome"] == "passed" and r["rounds"] == 2 and r["ci"][0] > 0.5
+
+
+# t.fit divides by a ceiling it reads inside its own round, as llm.decode_fit reads hw.read_bandwidth
+FIT_PROBES = '''
+import random
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.ceil", outputs={"bw": "B/s"})
+def ceil(ctx, scale: float = 1.0):
+    bw = [1e9 * float(scale) * (1 + 0.01 * random.random()) for _ in range(3)]
+    return Measurement({"bw": sorted(bw)[1]}, samples={"bw": bw})
+
+@probe("t.fit", outputs={"overhead_ms": "ms"})
+def fit(ctx):
+    import os
+    bw = ctx.probe("t.ceil").values["bw"]
+    o = float(os.environ["FIT_MS"]) * (1 + 0.01 * random.random()) - 1e9 / bw
+    return Measurement({"overhead_ms": o}, samples={"overhead_ms": [o]})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(ceil.voiceperf_probe)
+    registry.add(fit.voiceperf_probe)
+'''
+
+
+def test_gate_leaves_alone_a_figure_computed_from_a_ceiling_that_drifted_inside_its_round(pytester, monkeypatch):
+    """Two CPU runs of one commit (results/cpu/pair-0e5c608): the read bandwidth measured again at the
+    end of run 2 was 12.4% lower, and the gate called the decode fit's overhead (time per token minus
+    bytes / that bandwidth, read inside the fit's round) regressed +16%. The results file names the
+    calls a probe's rounds read; a drift of one of them makes the figure untestable, as a drift of
+    the case's own probe does."""
+    pytester.makeconftest(FIT_PROBES)
+    pytester.mkdir("claims")
+    write(pytester, "f.yaml", claim("fit", "f.overhead_ms", "{max: 100}", "f: {probe: t.fit}"))
+    monkeypatch.setenv("FIT_MS", "5.0")
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "old.json", "-p", "no:randomly").assert_outcomes(passed=1)
+    monkeypatch.setenv("FIT_MS", "6.0")  # the engine got slower: +1 ms on ~4 ms, every round
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "new.json", "-p", "no:randomly").assert_outcomes(passed=1)
+    new = json.loads((pytester.path / "new.json").read_text())
+    assert new["results"][0]["probes"]["f"]["reads"] == ['t.ceil{"scale": 1.0}']  # the call t.fit's rounds read
+    cli = (sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
+    res = pytester.run(*cli)
+    assert res.ret == 1, res.stdout.str()  # no drift: a real regression fails the gate
+    # as recheck_ceilings writes it when t.ceil, measured again at the end of the run, moved
+    new["provenance"]["ceilings_end"] = [{"probe": "t.ceil", "args": {}, "call": 't.ceil{"scale": 1.0}', "output": "bw",
+                                          "change": -0.124, "drifted": True}]
+    (pytester.path / "new.json").write_text(json.dumps(new))
+    res = pytester.run(*cli)
+    assert res.ret == 0, res.stdout.str()
+    res.stdout.fnmatch_lines(["*untestable*"])
+    assert "this run: t.ceil" in res.stdout.str() and "moved -12.4% when measured again" in res.stdout.str()
