@@ -828,7 +828,7 @@ class VoiceperfSession:
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
 
-    def _reads_of(self, pr: "Probed") -> list[str]:
+    def _reads_of(self, pr: Probed) -> list[str]:
         """The probe calls a probe's rounds read, directly or through the calls they read (the
         pipeline's LLM decode, a fit's ceiling)."""
         seen: set[str] = set()
