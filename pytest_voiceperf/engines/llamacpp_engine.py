@@ -144,7 +144,7 @@ def _tensor_bytes(path: str) -> dict[str, int]:
 class Engine:
     def __init__(self, model: str, config: dict | None = None, weights: str | None = None, device: str = "cpu",
                  quant: str = "q4_0", n_ctx: int = 8192, n_threads: int = 0, seed: int = 0,
-                 use_extra_bufts: bool = False, **_):
+                 use_extra_bufts: bool = False, use_mmap: bool = False, **_):
         import llama_cpp
 
         if device == "cuda" and not llama_cpp.llama_supports_gpu_offload():
@@ -204,9 +204,15 @@ class Engine:
 
         lcc.llama_log_set(_log, None)
         try:
+            # weights read into the process's own memory, not mapped from the page cache: a mapped
+            # GGUF decodes at a speed that depends on the file's page-cache history (2-core VM, 0.6B
+            # f16: 9.5 tok/s from a file just written, 8.3-9.2 from the same bytes written 20 min
+            # earlier; read in, 9.6-10.0 from either), which flipped llm-decode-overhead between two
+            # runs of one commit (results/cpu/pair-19185e7/)
             self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
                                        n_threads=self.n_threads, n_threads_batch=self.n_threads,
-                                       n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False)
+                                       n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False,
+                                       use_mmap=bool(use_mmap))
         finally:
             lcc.llama_model_default_params = orig
             from llama_cpp import _logger
@@ -217,6 +223,7 @@ class Engine:
         if device == "cuda" and found and found[-1][0] != found[-1][1]:
             raise Unmeasured(f"llama.cpp put only {self.offloaded} layers on the GPU (n_gpu_layers=-1 asked for all)")
         self.load_s = time.perf_counter() - t1
+        self.use_mmap = bool(use_mmap)
         self.vocab = self.llm.n_vocab()
         self.n_ctx = int(n_ctx)
         self.version = llama_cpp.__version__
@@ -240,7 +247,7 @@ class Engine:
                                    else "untied: output matrix read per token, token_embd only one row per token"),
                 "n_threads": self.n_threads, "gpu_offload": self.device == "cuda",
                 "layers_offloaded": self.offloaded,  # llama.cpp's own load log: "offloaded N/M layers to GPU"
-                "use_extra_bufts": self.extra_bufts,
+                "use_extra_bufts": self.extra_bufts, "use_mmap": self.use_mmap,
                 "write_s": round(self.write_s, 2), "load_s": round(self.load_s, 2)}
 
     def _perf(self) -> tuple[float, int, float, int]:
