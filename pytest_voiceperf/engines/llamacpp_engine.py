@@ -208,7 +208,7 @@ class Engine:
             # GGUF decodes at a speed that depends on the file's page-cache history (2-core VM, 0.6B
             # f16: 9.5 tok/s from a file just written, 8.3-9.2 from the same bytes written 20 min
             # earlier; read in, 9.6-10.0 from either), which flipped llm-decode-overhead between two
-            # runs of one commit (results/cpu/pair-19185e7/)
+            # runs of one commit (results/cpu/pair-7cc4459/)
             self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
                                        n_threads=self.n_threads, n_threads_batch=self.n_threads,
                                        n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False,
