@@ -142,6 +142,7 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = new.is_disturbed or old.is_disturbed
     changed = machine_changed(old, new, tol)  # the same for every timed figure of the case
+    keys = dict.fromkeys(_probe_keys(new) + _probe_keys(old))  # the calls the case's figures come from
     for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):
         of = old_figs.get(name)
         if of is None or of[3] is None or v_new is None:
@@ -155,7 +156,6 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   f"disturbed: {side} measured it on a disturbed machine"))
             continue
-        keys = dict.fromkeys(_probe_keys(new) + _probe_keys(old))
         drift = [f"{side}: {d[k]}" for side, d in (("baseline", drift_old), ("this run", drift_new)) if d
                  for k in keys if k in d]
         if drift:

@@ -554,7 +554,7 @@ class VoiceperfSession:
                     futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
                                 f"would still give {_fmt_ci(hopeless, claim.unit)}")
                     break
-                self.progress(f"{case.claim.id}: " + ("one round decides nothing" if ev["ci_method"] == stats.ONE_ROUND
+                self.progress(f"{case.claim.id}: " + ("one round decides nothing" if ev["one_round"]
                                                       else f"interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
                                                            f"{claim.expect.describe()} after {n} rounds")
                               + "; one more round")
@@ -583,7 +583,7 @@ class VoiceperfSession:
         elif result.unstable:
             mode_txt = (f" unstable: repetitions of this run between {fmt_value(result.unstable[0], claim.unit)} and "
                         f"{fmt_value(result.unstable[1], claim.unit)};")
-        if ev["decision"] == "inconclusive" and ev["ci_method"] == stats.ONE_ROUND:
+        if ev["one_round"]:
             raise Unmeasured(f"inconclusive: {fmt_value(result.value, claim.unit)} from one round; a timed figure "
                              f"is decided by the spread between independent rounds, so it needs 2 or more "
                              f"(rounds {n_min}-{n_max} here: --voiceperf-rounds, ini voiceperf_min_rounds or the "
@@ -908,7 +908,7 @@ class VoiceperfSession:
         return {"value": value, "round_values": values, "rep_samples": reps, "rounds": rounds, "ci": ci,
                 "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
                 "unstable": list(unstable) if unstable else None,
-                "decision": "inconclusive" if one_round else stats.decide(ci, lo, hi)}
+                "decision": "inconclusive" if one_round else stats.decide(ci, lo, hi), "one_round": one_round}
 
     @staticmethod
     def _metric_samples(metric: str, names: dict, outputs: dict, samples: dict) -> list[float]:

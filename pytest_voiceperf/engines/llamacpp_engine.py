@@ -188,6 +188,7 @@ class Engine:
 
         orig = lcc.llama_model_default_params
         self.extra_bufts = bool(use_extra_bufts)
+        self.use_mmap = bool(use_mmap)
 
         def _params():
             mp = orig()
@@ -212,7 +213,7 @@ class Engine:
             self.llm = llama_cpp.Llama(model_path=path, n_ctx=int(n_ctx), n_batch=2048, n_ubatch=512,
                                        n_threads=self.n_threads, n_threads_batch=self.n_threads,
                                        n_gpu_layers=-1 if device == "cuda" else 0, seed=seed, verbose=False,
-                                       use_mmap=bool(use_mmap))
+                                       use_mmap=self.use_mmap)
         finally:
             lcc.llama_model_default_params = orig
             from llama_cpp import _logger
@@ -223,7 +224,6 @@ class Engine:
         if device == "cuda" and found and found[-1][0] != found[-1][1]:
             raise Unmeasured(f"llama.cpp put only {self.offloaded} layers on the GPU (n_gpu_layers=-1 asked for all)")
         self.load_s = time.perf_counter() - t1
-        self.use_mmap = bool(use_mmap)
         self.vocab = self.llm.n_vocab()
         self.n_ctx = int(n_ctx)
         self.version = llama_cpp.__version__
