@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .record import ResultRecord
 from .record import result as as_result
-from .stats import ONE_MEASUREMENT
+from .stats import ONE_MEASUREMENT, ONE_MEASUREMENT_BRACKET
 from .verdict import fmt_value
 
 MARK = {"passed": "PASS", "failed": "FAIL", "xfailed": "XFAIL", "xpassed": "XPASS",
@@ -75,6 +75,9 @@ def interval_text(result: ResultRecord | dict) -> str:
     unit = r.unit
     if r.ci_method == ONE_MEASUREMENT:
         txt = "one measurement (a search per run: no rounds, no interval)"
+    elif r.ci_method == ONE_MEASUREMENT_BRACKET:
+        txt = (f"one measurement (a search per run), its own bracket [{fmt_value(ci[0], unit)}, "
+               f"{fmt_value(ci[1], unit)}] from the spread of its timed points")
     elif ci[0] == ci[1]:
         txt = "exact (the figures do not vary between repetitions)" if n == 1 else f"exact over {n} rounds"
     else:

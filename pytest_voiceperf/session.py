@@ -1,6 +1,7 @@
 """The voiceperf session: probes measured once and shared, ceilings, engines, results."""
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import platform
@@ -588,6 +589,10 @@ class VoiceperfSession:
                              f"is decided by the spread between independent rounds, so it needs 2 or more "
                              f"(rounds {n_min}-{n_max} here: --voiceperf-rounds, ini voiceperf_min_rounds or the "
                              f"claim's rounds.min)")
+        if ev["decision"] == "inconclusive" and ev["ci_method"] == stats.ONE_MEASUREMENT_BRACKET:
+            raise Unmeasured(f"inconclusive: {fmt_value(result.value, claim.unit)} from one search, whose own bracket "
+                             f"{ci_txt} (the spread of its timed points, ±{self.options.noise_floor:g} run-to-run) "
+                             f"straddles {claim.expect.describe()}: the next run can land on either side")
         if ev["decision"] == "inconclusive":
             raise Unmeasured(f"inconclusive:{mode_txt} {fmt_value(result.value, claim.unit)}, interval {ci_txt} "
                              f"straddles {claim.expect.describe()} after {result.rounds} rounds "
@@ -863,6 +868,7 @@ class VoiceperfSession:
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
+        bracket = None
         for r in range(rounds):
             ms = {}
             for a, pr in probed:
@@ -880,11 +886,15 @@ class VoiceperfSession:
                 raise Unmeasured(f"measurement invalid: the metric gave {v!r}, not a finite number")
             values.append(float(v))
             reps += self._metric_samples(claim.metric, names, outs, samp)
+            if det and not exact:
+                bracket = self._bracket(claim.metric, names, outs, ms)
         lo, hi = claim.expect.bounds()
         value = float(statistics.median(values))
         md = unstable = None
         one_round = not det and len(values) < 2  # a timed figure with no spread between rounds
-        if det or one_round:
+        if bracket is not None:
+            ci, method = (min(bracket[0], value), max(bracket[1], value)), stats.ONE_MEASUREMENT_BRACKET
+        elif det or one_round:
             ci, method = (value, value), ("exact: the metric is made of counts (frames, FLOPs, bytes, calls), "
                                           "not timings" if exact else
                                           stats.ONE_MEASUREMENT if det else stats.ONE_ROUND)
@@ -909,6 +919,31 @@ class VoiceperfSession:
                 "ci_method": method, "modes": md.to_json() if md else None, "deterministic": det,
                 "unstable": list(unstable) if unstable else None,
                 "decision": "inconclusive" if one_round else stats.decide(ci, lo, hi), "one_round": one_round}
+
+    @staticmethod
+    def _bracket(metric: str, names: dict, outputs: dict, ms: dict) -> tuple[float, float] | None:
+        """The metric over the corners of the brackets its one-measurement probes give their outputs
+        (a search's count: asr.streams), or None where none does. Each output is taken at both ends of
+        its bracket, the others as measured."""
+        ends = [(a, out, ms[a].bracket[out]) for a, out in sorted(expr.references(metric))
+                if a in ms and out in ms[a].bracket]
+        if not ends:
+            return None
+        got = []
+        for corner in itertools.product(*[(lo, hi) for _, _, (lo, hi) in ends]):
+            outs = {a: dict(v) for a, v in outputs.items()}
+            for (a, out, _), x in zip(ends, corner):
+                outs[a][out] = float(x)
+            try:
+                v = expr.evaluate(metric, names, outs)
+            except expr.ExprError:
+                return None
+            if isinstance(v, bool):
+                v = float(v)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                return None
+            got.append(float(v))
+        return (min(got), max(got))
 
     @staticmethod
     def _metric_samples(metric: str, names: dict, outputs: dict, samples: dict) -> list[float]:

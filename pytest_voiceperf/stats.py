@@ -31,6 +31,9 @@ CI_METHOD = "Student-t 95% interval of the mean of the round figures"
 # the verdict reads that one figure; there is no interval, and the gate does not compare it as a count
 ONE_MEASUREMENT = "one measurement: the probe gives one figure per run (a search), not rounds; no interval"
 ONE_ROUND = "one round of a timed figure: no spread between rounds, so no interval and no verdict"
+# the same, where the probe brackets its own figure (a search whose timed points carry a spread)
+ONE_MEASUREMENT_BRACKET = ("one measurement: the probe gives one figure per run (a search), not rounds; "
+                           "the interval is the search's own bracket")
 
 
 def t_quantile(p: float, df: float) -> float:
@@ -101,6 +104,27 @@ def decide(ci: tuple[float, float], lo: float | None, hi: float | None) -> str:
     if (lo is None or a >= lo) and (hi is None or b <= hi):
         return "passed"
     return "inconclusive"
+
+
+def search_bracket(points: dict[int, tuple[float, float, float]], limit: float, floor: float,
+                   found: int) -> tuple[int, int]:
+    """(lo, hi) around ``found``, the largest size whose median time met ``limit`` in a threshold search.
+
+    ``points``: size -> (q25, median, q75) of the steady step times at that size. A size surely meets
+    the limit when its q75 x (1 + floor) <= limit, surely misses it when its q25 x (1 - floor) >
+    limit (an infinite time: out of memory). Step time grows with the size, so ``lo`` is the largest
+    size that surely meets it (0 if none) and ``hi`` one below the smallest size that surely misses
+    (the largest size tried when none does). Both are over the sizes tried: one median decides a
+    search, and on a host-bound step it sits within a few percent of the limit (H100, 80 ms chunks,
+    one stream: 82.5 ms, so 0 streams; H200 runs 40-65 ms), where the next run can land either side."""
+    sure = [b for b, (_, _, q75) in points.items() if q75 * (1 + floor) <= limit]
+    miss = [b for b, (q25, _, _) in points.items() if q25 * (1 - floor) > limit]
+    lo = min(max(sure, default=0), found)
+    if miss:
+        hi = min(miss) - 1
+    else:
+        hi = max(points, default=found)
+    return lo, max(hi, found)
 
 
 @dataclass

@@ -611,6 +611,56 @@ def test_one_search_per_run_is_one_measurement_not_an_exact_figure(pytester):
     assert got["s.chunk_ms [ms]"].verdict != "untestable"
 
 
+def test_search_bracket_from_the_spread_of_the_timed_points():
+    """A size surely fits when its steps' q75 (+ floor) is within the limit, surely misses when their q25
+    (- floor) is over it; the bracket runs from the largest sure fit to one below the smallest sure miss."""
+    pts = {1: (0.070, 0.0825, 0.090), 2: (0.085, 0.090, 0.095)}  # H100, 80 ms chunks: one stream at 82.5 ms
+    assert stats.search_bracket(pts, 0.080, 0.01, found=0) == (0, 1)  # 1 straddles, 2 surely misses
+    pts = {1: (0.040, 0.045, 0.050), 2: (0.041, 0.046, 0.052), 4: (0.078, 0.081, 0.084)}
+    assert stats.search_bracket(pts, 0.080, 0.01, found=2) == (2, 4)  # 4 may fit: nothing tried surely misses
+    pts[8] = (0.120, 0.130, 0.140)
+    assert stats.search_bracket(pts, 0.080, 0.01, found=2) == (2, 7)
+    pts[4] = (0.079, 0.0795, 0.0799)  # fits by its median, but not surely with the 1% floor
+    assert stats.search_bracket(pts, 0.080, 0.01, found=4) == (2, 7)
+    assert stats.search_bracket({1: (0.1, 0.1, 0.1)}, 0.080, 0.01, found=0) == (0, 0)
+    inf = float("inf")
+    assert stats.search_bracket({1: (0.01,) * 3, 2: (inf,) * 3}, 0.080, 0.0, found=1) == (1, 1)  # out of memory
+
+
+BRACKET_PROBE = '''
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.bsearch", outputs={"streams": "streams"})
+def bsearch(ctx, found: int = 1, lo: int = 1, hi: int = 1):
+    return Measurement({"streams": float(found)}, bracket={"streams": (float(lo), float(hi))},
+                       info={"bracket": {"streams": [lo, hi]}})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(bsearch.voiceperf_probe)
+'''
+
+
+@pytest.mark.parametrize("found,lo,hi,outcome,says", [
+    (0, 0, 0, "failed", "search's own bracket"),  # every tried size surely missed
+    (0, 0, 300, "unmeasured", "straddles >= 1"),  # one stream at 82.5 ms against an 80 ms chunk
+    (544, 256, 600, "passed", ""),
+])
+def test_a_search_near_its_bound_is_inconclusive_not_decided_by_one_median(pytester, found, lo, hi, outcome, says):
+    """asr.streams at 80 ms: one stream took 82.5 ms on an H100 (0 streams, failed) and 40-65 ms on H200
+    runs. A search's figure is one measurement; where its own bracket straddles the bound, the case is
+    inconclusive instead of failed or passed on one median."""
+    pytester.makeconftest(BRACKET_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("streams", "s.streams", "{min: 1}",
+                                    f"s: {{probe: t.bsearch, found: {found}, lo: {lo}, hi: {hi}}}"))
+    res = pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-rA")
+    r = results(pytester)["streams"]
+    assert r["outcome"] == outcome, res.stdout.str()
+    assert r["rounds"] == 1 and r["ci"] == [min(lo, found), max(hi, found)]
+    assert r["ci_method"] == stats.ONE_MEASUREMENT_BRACKET
+    assert says in (r["reason"] or "")
+
+
 def test_probes_that_read_settings_declare_them_exact():
     """Probes without repetition samples must say which outputs are exact; asr.streams' count is not."""
     from pytest_voiceperf.probes import load_registry

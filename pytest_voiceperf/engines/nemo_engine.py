@@ -575,6 +575,7 @@ class Engine:
         a = self._audio(audio)
         t_start = time.perf_counter()
         tried: dict[int, float] = {}
+        quartiles: dict[int, list[float]] = {}  # the steady steps' q25, median, q75 at each size tried
 
         def step_time(b: int) -> float:
             if b in tried:
@@ -588,11 +589,14 @@ class Engine:
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 tried[b] = float("inf")
+                quartiles[b] = [tried[b]] * 3
                 return tried[b]
             # steady state: drop the first step (a shorter chunk, no cache yet) and a partial last chunk
             t = r["times"][1:] if r["frames"][-1] == r["frames"][1] else r["times"][1:-1]
             t = t or r["times"]
             tried[b] = statistics.median(t)
+            q = statistics.quantiles(t, n=4, method="inclusive") if len(t) > 1 else [t[0], t[0], t[0]]
+            quartiles[b] = [q[0], tried[b], q[2]]
             progress(f"nemo: {b} streams, {cfg['chunk_ms']:.0f} ms chunks: step {tried[b] * 1000:.1f} ms")
             del buf
             return tried[b]
@@ -625,6 +629,7 @@ class Engine:
             best = lo
         return {"right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
                 "streams": best, "step_s": {str(k): v for k, v in sorted(tried.items())},
+                "step_quartiles_s": {str(k): v for k, v in sorted(quartiles.items())},
                 "step_s_at_best": tried.get(best), "capped": best >= int(max_streams), "budget_hit": budget_hit,
                 "steps_timed": int(steps) or 16,
                 "gpu": torch.cuda.get_device_name(), "dtype": self.dtype}

@@ -41,6 +41,9 @@ class Measurement:
     # set by a probe that can tell its own figure is not what it claims to be (e.g. the engine
     # reports prefix-cache hits in a prefill timing): the case is "unmeasured: measurement invalid"
     invalid: str | None = None
+    # a one-measurement probe's own interval on an output ({"streams": (lo, hi)}: a search whose timed
+    # points carry a spread); the verdict reads it where rounds cannot give one
+    bracket: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def spread(self, name: str) -> tuple[float, float] | None:
         s = self.samples.get(name)

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .. import stats
 from . import Measurement, Unmeasured, probe
 
 DEFAULT_MODEL = "nemotron-asr-0.6b"
@@ -347,12 +348,21 @@ def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str
                  max_streams=_int(max_streams, "max_streams") or 8192,
                  budget_s=max(30.0, min(150.0, ctx.time_left() * 0.5)))
     info = _engine_info(ctx, spec)
+    floor = ctx.session.options.noise_floor
+    quart = {int(b): tuple(q) for b, q in (r.get("step_quartiles_s") or {}).items()}
+    lo, hi = stats.search_bracket(quart, r["chunk_ms"] / 1000.0, floor, int(r["streams"])) if quart else (None, None)
     info.update({"audio": au, "step_s_by_streams": r["step_s"], "capped": r["capped"], "gpu": r["gpu"],
                  "budget_hit": r["budget_hit"], "steps_timed": r["steps_timed"],
+                 "step_quartiles_s_by_streams": r.get("step_quartiles_s"),
                  "method": "identical streams batched in NeMo's buffer; median conformer_stream_step time "
-                           "(first step dropped) against the chunk duration; doubling, then bisecting"})
+                           "(first step dropped) against the chunk duration; doubling, then bisecting",
+                 "bracket": None if lo is None else {
+                     "streams": [lo, hi],
+                     "how": f"over the sizes tried: a size surely fits when its steps' q75 x (1 + {floor:g}) is "
+                            f"within the chunk, surely misses when their q25 x (1 - {floor:g}) is over it"}})
     return Measurement({"streams": float(r["streams"]), "step_s": float(r["step_s_at_best"] or 0.0),
-                        "chunk_ms": float(r["chunk_ms"])}, info=info)
+                        "chunk_ms": float(r["chunk_ms"])}, info=info,
+                       bracket={} if lo is None else {"streams": (float(lo), float(hi))})
 
 
 @probe("asr.cer", engine="nemo", engine_key=_nemo_key, outputs={
