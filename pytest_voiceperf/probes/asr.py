@@ -350,19 +350,19 @@ def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str
     info = _engine_info(ctx, spec)
     floor = ctx.session.options.noise_floor
     quart = {int(b): tuple(q) for b, q in (r.get("step_quartiles_s") or {}).items()}
-    lo, hi = stats.search_bracket(quart, r["chunk_ms"] / 1000.0, floor, int(r["streams"])) if quart else (None, None)
+    bracket = stats.search_bracket(quart, r["chunk_ms"] / 1000.0, floor, int(r["streams"])) if quart else None
     info.update({"audio": au, "step_s_by_streams": r["step_s"], "capped": r["capped"], "gpu": r["gpu"],
                  "budget_hit": r["budget_hit"], "steps_timed": r["steps_timed"],
                  "step_quartiles_s_by_streams": r.get("step_quartiles_s"),
                  "method": "identical streams batched in NeMo's buffer; median conformer_stream_step time "
                            "(first step dropped) against the chunk duration; doubling, then bisecting",
-                 "bracket": None if lo is None else {
-                     "streams": [lo, hi],
+                 "bracket": None if bracket is None else {
+                     "streams": list(bracket),
                      "how": f"over the sizes tried: a size surely fits when its steps' q75 x (1 + {floor:g}) is "
                             f"within the chunk, surely misses when their q25 x (1 - {floor:g}) is over it"}})
     return Measurement({"streams": float(r["streams"]), "step_s": float(r["step_s_at_best"] or 0.0),
                         "chunk_ms": float(r["chunk_ms"])}, info=info,
-                       bracket={} if lo is None else {"streams": (float(lo), float(hi))})
+                       bracket={} if bracket is None else {"streams": (float(bracket[0]), float(bracket[1]))})
 
 
 @probe("asr.cer", engine="nemo", engine_key=_nemo_key, outputs={
