@@ -12,11 +12,12 @@ from contextlib import contextmanager
 ENGINE_START = "engine start"
 WARMUP = "warm-up"
 MEASURING = "measuring"
+ENGINE_STOP = "engine stop"
 IN_PROCESS = "measuring in process"
 QUIET = "waiting for a quiet machine"
 CEILINGS_END = "ceilings at the end"
 OTHER = "other (collection, pytest, reporting)"
-ORDER = (ENGINE_START, WARMUP, MEASURING, IN_PROCESS, QUIET, CEILINGS_END, OTHER)
+ORDER = (ENGINE_START, WARMUP, MEASURING, ENGINE_STOP, IN_PROCESS, QUIET, CEILINGS_END, OTHER)
 
 
 class Timing:
@@ -88,7 +89,7 @@ def merge(docs: list[dict]) -> dict:
 
 
 def table_lines(doc: dict) -> list[str]:
-    """The terminal table: per phase, then per engine (start, warm-up, measuring)."""
+    """The terminal table: per phase, then per engine (start, warm-up, measuring, stop)."""
     wall = float(doc.get("wall_s") or 0.0)
     by_phase = doc.get("by_phase") or {}
     total = sum(by_phase.values()) or 1.0
@@ -100,9 +101,9 @@ def table_lines(doc: dict) -> list[str]:
         if r.get("engine"):
             per_engine.setdefault(r["engine"], {})[r["phase"]] = r["seconds"]
     if per_engine:
-        lines.append(f"{'engine':<40} {'start':>9} {'warm-up':>9} {'measuring':>10}")
+        lines.append(f"{'engine':<40} {'start':>9} {'warm-up':>9} {'measuring':>10} {'stop':>7}")
         for e, ph in sorted(per_engine.items(), key=lambda kv: -sum(kv[1].values())):
             lines.append(f"{e[:40]:<40} {ph.get(ENGINE_START, 0):>9.1f} {ph.get(WARMUP, 0):>9.1f} "
-                         f"{ph.get(MEASURING, 0):>10.1f}")
+                         f"{ph.get(MEASURING, 0):>10.1f} {ph.get(ENGINE_STOP, 0):>7.1f}")
     lines.append(f"wall {wall:.1f} s")
     return lines

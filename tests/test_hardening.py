@@ -15,10 +15,13 @@ ENGINE_PROBE = textwrap.dedent('''
 
     @probe("t.engine", outputs={"value": "", "pid": ""}, engine="selftest")
     def eng(ctx, model: str = "a", method: str = "echo", value: float = 1.0, seconds: float = 0.0,
-            mib: int = 0, start_sleep: float = 0.0, warmup_s: float = 0.0, work_s: float = 0.0):
+            mib: int = 0, start_sleep: float = 0.0, warmup_s: float = 0.0, work_s: float = 0.0,
+            stop_sleep: float = 0.0):
         spec = {"model": model}
         if start_sleep:
             spec["start_sleep"] = start_sleep
+        if stop_sleep:
+            spec["stop_sleep"] = stop_sleep
         kw = {"echo": {"value": value, "warmup_s": warmup_s, "work_s": work_s}, "hang": {"seconds": seconds}, "fill": {"mib": mib},
               "oom": {"gib": 4096.0}}.get(method, {})
         if method == "fill_then_oom":
@@ -236,6 +239,20 @@ def test_the_run_says_where_its_time_went(vp):
     assert rows[("engine start", "selftest a")] >= 1.0
     res.stdout.fnmatch_lines(["*voiceperf: where the time went*", "phase*seconds*share*", "engine start*",
                               "engine*start*warm-up*measuring*", "selftest a*", "wall *"])
+
+
+def test_an_engine_closed_to_make_room_is_timed_as_its_stop(vp):
+    """One heavy engine at a time: starting b closes a, and a's stop (vLLM: engine core shutdown and
+    CUDA teardown) is its own phase in the table, not 'other'."""
+    (vp.path / "claims/a.yaml").write_text(claim("a-first", "model: a, stop_sleep: 1.0"))
+    (vp.path / "claims/b.yaml").write_text(claim("b-second", "model: b"))
+    res = vp.runpytest("--voiceperf", "--voiceperf-json", "out.json", "--voiceperf-rounds", "2:2", "-p", "no:randomly")
+    res.assert_outcomes(passed=2)
+    tm = json.loads((vp.path / "out.json").read_text())["provenance"]["timing"]
+    rows = {(r["phase"], r["engine"]): r["seconds"] for r in tm["rows"]}
+    assert 1.0 <= rows[("engine stop", "selftest a")] < 5.0
+    assert tm["by_phase"]["other (collection, pytest, reporting)"] < 1.0
+    res.stdout.fnmatch_lines(["engine*start*warm-up*measuring*stop*"])
 
 
 def test_engines_keep_their_compile_caches_in_one_user_folder(tmp_path, monkeypatch):

@@ -283,14 +283,15 @@ class EngineProcess:
         return self.proc.poll() is None
 
     def close(self, timeout: float = 10.0) -> None:
-        if self.alive:
-            try:
-                self._in.write(b'{"op": "stop"}\n')
-                self._in.flush()
-                self.proc.wait(timeout=timeout)
-            except (Exception, KeyboardInterrupt):  # a second Ctrl-C while stopping: kill it instead
-                pass
-        self.kill()
+        with self.timing.phase(_timing.ENGINE_STOP, self.label):
+            if self.alive:
+                try:
+                    self._in.write(b'{"op": "stop"}\n')
+                    self._in.flush()
+                    self.proc.wait(timeout=timeout)
+                except (Exception, KeyboardInterrupt):  # a second Ctrl-C while stopping: kill it instead
+                    pass
+            self.kill()
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -12,7 +12,8 @@ from .worker import progress, warming
 
 
 class Engine:
-    def __init__(self, model: str = "none", fail_start: bool = False, start_sleep: float = 0.0, **_):
+    def __init__(self, model: str = "none", fail_start: bool = False, start_sleep: float = 0.0,
+                 stop_sleep: float = 0.0, **_):
         if start_sleep:
             time.sleep(start_sleep)
         if fail_start:
@@ -20,12 +21,14 @@ class Engine:
         self.model = model
         self.pid = os.getpid()
         self.hog: list = []
+        self.stop_sleep = stop_sleep
 
     def info(self) -> dict:
         return {"engine": "selftest", "pid": self.pid, "model": self.model}
 
     def close(self) -> None:
         self.hog.clear()
+        time.sleep(self.stop_sleep)
 
     def echo(self, value: float = 1.0, n: int = 5, warmup_s: float = 0.0, work_s: float = 0.0) -> dict:
         progress(f"echo {value}")
