@@ -24,6 +24,24 @@ ENGINE_LIMIT = 0.25
 
 # the shortest window over which a round's load is measured (CPU times tick at 10 ms)
 MIN_WINDOW_S = 0.5
+# a short round's window may start at a snapshot taken up to this long before it ended
+LOOKBACK_MAX_S = 5.0
+# (time, CPU seconds by pid, steal seconds) at recent watch starts and stops, newest last
+_snapshots: list[tuple[float, dict, float]] = []
+
+
+def _keep_snapshot(t: float, cpu: dict, steal: float) -> None:
+    _snapshots.append((t, cpu, steal))
+    while _snapshots and (t - _snapshots[0][0] > LOOKBACK_MAX_S or len(_snapshots) > 64):
+        _snapshots.pop(0)
+
+
+def _lookback(now: float) -> tuple[float, dict, float] | None:
+    """The newest snapshot at least MIN_WINDOW_S and at most LOOKBACK_MAX_S before ``now``."""
+    for snap in reversed(_snapshots):
+        if MIN_WINDOW_S <= now - snap[0] <= LOOKBACK_MAX_S:
+            return snap
+    return None
 
 # NVML clock-event reasons (nvmlClocksEventReason*)
 REASONS = {0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPowerCap", 0x8: "HwSlowdown",
@@ -187,30 +205,42 @@ class Watch:
         self.steal0 = _steal()
         self.gpu0 = gpu_state() if self.gpu else None
         self.t0 = time.monotonic()
+        if self.ok:
+            _keep_snapshot(self.t0, self.cpu0, self.steal0)
         return self
 
     def stop(self) -> dict:
         elapsed = time.monotonic() - self.t0
         rec: dict = {"wall_s": round(elapsed, 3)}
         # CPU times come in clock ticks (10 ms): over a round of milliseconds one tick reads as many
-        # cores. A short round is watched for MIN_WINDOW_S from its start (dividing a short round's
-        # load by 0.5 s instead hid a busy loop on the other core: 0.06 of 1.0 core during a 66 ms
-        # bf16 matmul round, whose figure came out at a third)
+        # cores. A short round is watched over at least MIN_WINDOW_S that holds it (dividing a short
+        # round's load by 0.5 s instead hid a busy loop on the other core: 0.06 of 1.0 core during a
+        # 66 ms bf16 matmul round, whose figure came out at a third): from an earlier snapshot where
+        # one is recent, else from its start on, waiting out the rest (0.5 s after each of the 141
+        # short rounds was 37 s of an 881 s H100 run). An in-process probe always waits: before it,
+        # the session's engine workers may still have been busy (they count against it, see below)
+        t0, cpu0, steal0 = self.t0, self.cpu0, self.steal0
         if elapsed < MIN_WINDOW_S:
-            time.sleep(MIN_WINDOW_S - elapsed)
-        wall = time.monotonic() - self.t0
+            snap = _lookback(time.monotonic()) if self.ok and not self.own_only else None
+            if snap is not None:
+                t0, cpu0, steal0 = snap
+                rec["window_from"] = "a snapshot before the round"
+            else:
+                time.sleep(MIN_WINDOW_S - elapsed)
+        wall = time.monotonic() - t0
         rec["window_s"] = round(wall, 3)
         causes: list[str] = []
         if self.ok:
             ours = {os.getpid()} if self.own_only else _our_pids()
             engines = _our_pids() - {os.getpid()} if self.own_only else set()
             cpu1 = _cpu_by_pid()
+            _keep_snapshot(time.monotonic(), cpu1, _steal())
             others: list[tuple[float, int, str]] = []
             for pid, (t1, name) in cpu1.items():
                 if pid in ours:
                     continue
-                t0 = self.cpu0.get(pid, (0.0, name))[0] if pid in self.cpu0 else 0.0
-                d = t1 - t0
+                c0 = cpu0.get(pid, (0.0, name))[0] if pid in cpu0 else 0.0
+                d = t1 - c0
                 if d > 0:
                     others.append((d, pid, name))
             other = sum(d for d, _, _ in others)
@@ -226,7 +256,7 @@ class Watch:
                               + ", ".join(rec["other_top"]) + ")")
         else:
             rec["other_cpu_cores"] = None
-        steal = (_steal() - self.steal0) / wall
+        steal = (_steal() - steal0) / wall
         rec["steal_cores"] = round(steal, 3)
         if steal > self.cpu_limit:
             causes.append(f"the hypervisor stole {steal:.2f} CPU cores (other guests)")
