@@ -404,7 +404,8 @@ class VoiceperfSession:
                               "".join(traceback.format_exception(exc)[-6:])) from None
         if not isinstance(m, Measurement):
             raise TypeError(f"probe {pr.name} returned {type(m).__name__}, not Measurement")
-        rec = watch.stop()
+        with self.timing.phase(timing.WATCH):  # a short round's window (and the /proc and NVML reads)
+            rec = watch.stop()
         rec["attempt"] = pr.attempts - 1
         if waited:
             rec["waited_for_engines_s"] = round(waited, 2)

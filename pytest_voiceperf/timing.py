@@ -15,9 +15,10 @@ MEASURING = "measuring"
 ENGINE_STOP = "engine stop"
 IN_PROCESS = "measuring in process"
 QUIET = "waiting for a quiet machine"
+WATCH = "watching rounds for disturbance"
 CEILINGS_END = "ceilings at the end"
 OTHER = "other (collection, pytest, reporting)"
-ORDER = (ENGINE_START, WARMUP, MEASURING, ENGINE_STOP, IN_PROCESS, QUIET, CEILINGS_END, OTHER)
+ORDER = (ENGINE_START, WARMUP, MEASURING, ENGINE_STOP, IN_PROCESS, QUIET, WATCH, CEILINGS_END, OTHER)
 
 
 class Timing:

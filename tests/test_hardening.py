@@ -252,6 +252,7 @@ def test_an_engine_closed_to_make_room_is_timed_as_its_stop(vp):
     rows = {(r["phase"], r["engine"]): r["seconds"] for r in tm["rows"]}
     assert 1.0 <= rows[("engine stop", "selftest a")] < 5.0
     assert tm["by_phase"]["other (collection, pytest, reporting)"] < 1.0
+    assert tm["by_phase"]["watching rounds for disturbance"] > 0  # the first short round's window, at least
     res.stdout.fnmatch_lines(["engine*start*warm-up*measuring*stop*"])
 
 
