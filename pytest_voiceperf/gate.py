@@ -130,6 +130,15 @@ def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> s
             if abs(ch) > tolerance:
                 out.append(f"its {c.get('label') or key} was {d['ceiling']:.4g} in the baseline and "
                            f"{c['ceiling']:.4g} in this run ({ch * 100:+.1f}%)")
+        # the ceilings its rounds read (a fit that divides by the read bandwidth)
+        for key, c in (p.info.get("ceilings_read") or {}).items():
+            d = (q.info.get("ceilings_read") or {}).get(key)
+            if not d or not d.get("value") or not c.get("value"):
+                continue
+            ch = c["value"] / d["value"] - 1.0
+            if abs(ch) > tolerance:
+                out.append(f"the {c.get('probe') or key} its rounds read was {d['value']:.4g} in the baseline "
+                           f"and {c['value']:.4g} in this run ({ch * 100:+.1f}%)")
     return "; ".join(dict.fromkeys(out))
 
 

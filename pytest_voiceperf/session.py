@@ -23,6 +23,10 @@ CEILINGS: dict[str, tuple[str, dict, str, str]] = {
 }
 
 
+# the hardware ceilings a session measures, and the output each one gives
+CEILING_OUTPUTS = {"hw.read_bandwidth": "read_bw", "hw.copy_bandwidth": "copy_bw", "hw.matmul": "flops"}
+
+
 def ceiling_for(key: str, device: str = "cuda") -> list[tuple[str, dict, str, str]]:
     """The ceilings a figure is checked against; the highest one that measures bounds it."""
     if key in CEILINGS:
@@ -822,17 +826,34 @@ class VoiceperfSession:
                 continue
             m = pr.aggregate()
             used = at.get(call.alias)
+            reads = self._reads_of(pr)
+            ceilings_read = self._ceilings_read(reads)
             result.probes[call.alias] = {"probe": call.probe, "args": call.args,
                                          "call": self._key(call.probe, call.args), "values": m.values,
-                                         "samples": m.samples, "info": m.info,
+                                         "samples": m.samples,
+                                         "info": dict(m.info, ceilings_read=ceilings_read) if ceilings_read else m.info,
                                          "units": dict(spec.outputs) if spec else {},
                                          "exact": sorted(spec.exact) if spec else [],
-                                         "reads": self._reads_of(pr),
+                                         "reads": reads,
                                          "first_round": used[0] if used else 0,
                                          "rounds_used": used if used is not None else
                                          list(range(min(n, len(pr.rounds))))}
             if spec is not None and spec.engine:
                 result.engine_instances = 1  # rounds reuse the session's engine instance
+
+    def _ceilings_read(self, reads: list[str]) -> dict[str, dict]:
+        """The hardware ceilings among the calls a probe's rounds read, with this session's figure: the
+        gate compares them between runs as it compares the ceilings a figure was checked against (a
+        decode fit divides by the read bandwidth; on a VM whose bandwidth fell 12% its overhead rose 25%)."""
+        out = {}
+        for k in reads:
+            hit = self._cache.get(k)
+            if isinstance(hit, Probed) and hit.name in CEILING_OUTPUTS and hit.rounds:
+                name = CEILING_OUTPUTS[hit.name]
+                v = hit.aggregate().values.get(name)
+                if isinstance(v, (int, float)) and v:
+                    out[k] = {"probe": hit.name, "output": name, "value": float(v)}
+        return out
 
     def _reads_of(self, pr: Probed) -> list[str]:
         """The probe calls a probe's rounds read, directly or through the calls they read (the
@@ -985,7 +1006,7 @@ class VoiceperfSession:
         """Measure the session's ceilings once more at the end: a machine whose ceilings moved while
         the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 5%; the
         gate does not compare figures of a probe call whose ceiling moved beyond its tolerance)."""
-        outs = {"hw.read_bandwidth": "read_bw", "hw.copy_bandwidth": "copy_bw", "hw.matmul": "flops"}
+        outs = CEILING_OUTPUTS
         for pr in list(self._cache.values()):
             if not isinstance(pr, Probed) or pr.name not in outs or not pr.rounds or pr.deterministic:
                 continue

@@ -915,6 +915,55 @@ def pytest_voiceperf_add_probes(registry):
 '''
 
 
+READ_FIT_PROBE = '''
+import os, random
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.rfit", outputs={"overhead_ms": "ms"})
+def rfit(ctx):
+    bw = ctx.probe("hw.read_bandwidth", mib=16, reps=3).values["read_bw"]
+    o = float(os.environ["FIT_MS"]) * (1 + 0.01 * random.random())
+    return Measurement({"overhead_ms": o}, samples={"overhead_ms": [o]}, info={"bw": bw})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(rfit.voiceperf_probe)
+'''
+
+
+def test_gate_leaves_alone_a_figure_whose_ceiling_read_inside_its_rounds_differs_between_runs(pytester, monkeypatch):
+    """Two CPU runs of one commit on two VMs (2026-12-06): the read bandwidth 31.7 then 27.8 GB/s
+    (-12%), and the gate called the decode fit's overhead, computed with it, regressed +25%. The
+    results file keeps the ceilings a probe's rounds read with their figures; one that moved beyond
+    the tolerance between the runs makes the case's timed figures untestable (the machine changed)."""
+    pytester.makeconftest(READ_FIT_PROBE)
+    pytester.mkdir("claims")
+    write(pytester, "f.yaml", claim("fit", "f.overhead_ms", "{max: 100}", "f: {probe: t.rfit}"))
+    monkeypatch.setenv("FIT_MS", "5.0")
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "old.json", "-p", "no:randomly").assert_outcomes(passed=1)
+    monkeypatch.setenv("FIT_MS", "6.0")
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "new.json", "-p", "no:randomly").assert_outcomes(passed=1)
+    new = json.loads((pytester.path / "new.json").read_text())
+    read = new["results"][0]["probes"]["f"]["info"]["ceilings_read"]
+    (key, rec), = read.items()
+    assert rec["probe"] == "hw.read_bandwidth" and rec["output"] == "read_bw" and rec["value"] > 1e8
+    cli = (sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
+    old = json.loads((pytester.path / "old.json").read_text())
+    # the same machine state on both sides: the +20% is a regression
+    rec["value"] = old["results"][0]["probes"]["f"]["info"]["ceilings_read"][key]["value"]
+    (pytester.path / "new.json").write_text(json.dumps(new))
+    res = pytester.run(*cli)
+    assert res.ret == 1, res.stdout.str()
+    rec["value"] *= 0.88  # a VM whose read bandwidth is 12% lower
+    (pytester.path / "new.json").write_text(json.dumps(new))
+    res = pytester.run(*cli)
+    assert res.ret == 0, res.stdout.str()
+    res.stdout.fnmatch_lines(["0 regressed, 0 improved, 2 untestable: machine changed*"])
+    from pytest_voiceperf.gate import compare_result
+
+    notes = {c.note for c in compare_result(old["results"][0], new["results"][0], 0.1, 0.05)}
+    assert len(notes) == 1 and "the hw.read_bandwidth its rounds read was" in notes.pop()
+
+
 def test_gate_leaves_alone_a_figure_computed_from_a_ceiling_that_drifted_inside_its_round(pytester, monkeypatch):
     """Two CPU runs of one commit (results/cpu/pair-0e5c608): the read bandwidth measured again at the
     end of run 2 was 12.4% lower, and the gate called the decode fit's overhead (time per token minus
