@@ -122,23 +122,19 @@ def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> s
         q = old.probes.get(alias)
         if q is None:
             continue
-        for key, c in (p.info.get("ceilings") or {}).items():
-            d = (q.info.get("ceilings") or {}).get(key)
-            if not d or not d.get("ceiling") or not c.get("ceiling"):
-                continue
-            ch = c["ceiling"] / d["ceiling"] - 1.0
-            if abs(ch) > tolerance:
-                out.append(f"its {c.get('label') or key} was {d['ceiling']:.4g} in the baseline and "
-                           f"{c['ceiling']:.4g} in this run ({ch * 100:+.1f}%)")
-        # the ceilings its rounds read (a fit that divides by the read bandwidth)
-        for key, c in (p.info.get("ceilings_read") or {}).items():
-            d = (q.info.get("ceilings_read") or {}).get(key)
-            if not d or not d.get("value") or not c.get("value"):
-                continue
-            ch = c["value"] / d["value"] - 1.0
-            if abs(ch) > tolerance:
-                out.append(f"the {c.get('probe') or key} its rounds read was {d['value']:.4g} in the baseline "
-                           f"and {c['value']:.4g} in this run ({ch * 100:+.1f}%)")
+        # the ceilings its figures were checked against, and those its rounds read (a fit that
+        # divides by the read bandwidth)
+        for kind, fig in (("ceilings", "ceiling"), ("ceilings_read", "value")):
+            for key, c in (p.info.get(kind) or {}).items():
+                d = (q.info.get(kind) or {}).get(key)
+                if not d or not d.get(fig) or not c.get(fig):
+                    continue
+                ch = c[fig] / d[fig] - 1.0
+                if abs(ch) > tolerance:
+                    what = (f"its {c.get('label') or key}" if kind == "ceilings" else
+                            f"the {c.get('probe') or key} its rounds read")
+                    out.append(f"{what} was {d[fig]:.4g} in the baseline and {c[fig]:.4g} in this run "
+                               f"({ch * 100:+.1f}%)")
     return "; ".join(dict.fromkeys(out))
 
 
