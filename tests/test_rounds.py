@@ -948,9 +948,12 @@ def test_gate_leaves_alone_a_figure_whose_ceiling_read_inside_its_rounds_differs
     assert rec["probe"] == "hw.read_bandwidth" and rec["output"] == "read_bw" and rec["value"] > 1e8
     cli = (sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
     old = json.loads((pytester.path / "old.json").read_text())
-    # the same machine state on both sides: the +20% is a regression
+    # the same machine state on both sides: the +20% is a regression (and no drift within either run:
+    # a 16 MiB read bandwidth measured again at the end can move beyond 10% on its own)
     rec["value"] = old["results"][0]["probes"]["f"]["info"]["ceilings_read"][key]["value"]
-    (pytester.path / "new.json").write_text(json.dumps(new))
+    for doc, name in ((old, "old.json"), (new, "new.json")):
+        doc["provenance"]["ceilings_end"] = []
+        (pytester.path / name).write_text(json.dumps(doc))
     res = pytester.run(*cli)
     assert res.ret == 1, res.stdout.str()
     rec["value"] *= 0.88  # a VM whose read bandwidth is 12% lower
