@@ -26,21 +26,26 @@ ENGINE_LIMIT = 0.25
 MIN_WINDOW_S = 0.5
 # a short round's window may start at a snapshot taken up to this long before it ended
 LOOKBACK_MAX_S = 5.0
-# (time, CPU seconds by pid, steal seconds) at recent watch starts and stops, newest last
-_snapshots: list[tuple[float, dict, float]] = []
+# (time, CPU seconds by pid, steal seconds, taken by an in-process probe's watch) at recent watch
+# starts and stops, newest last
+_snapshots: list[tuple[float, dict, float, bool]] = []
 
 
-def _keep_snapshot(t: float, cpu: dict, steal: float) -> None:
-    _snapshots.append((t, cpu, steal))
+def _keep_snapshot(t: float, cpu: dict, steal: float, own_only: bool) -> None:
+    _snapshots.append((t, cpu, steal, own_only))
     while _snapshots and (t - _snapshots[0][0] > LOOKBACK_MAX_S or len(_snapshots) > 64):
         _snapshots.pop(0)
 
 
-def _lookback(now: float) -> tuple[float, dict, float] | None:
-    """The newest snapshot at least MIN_WINDOW_S and at most LOOKBACK_MAX_S before ``now``."""
-    for snap in reversed(_snapshots):
-        if MIN_WINDOW_S <= now - snap[0] <= LOOKBACK_MAX_S:
-            return snap
+def _lookback(now: float, own_only: bool) -> tuple[float, dict, float] | None:
+    """The newest snapshot at least MIN_WINDOW_S and at most LOOKBACK_MAX_S before ``now``. For an
+    in-process probe only back through in-process rounds: an engine round in between may have left
+    the session's engines busy, which would count against it."""
+    for t, cpu, steal, own in reversed(_snapshots):
+        if own_only and not own:
+            return None
+        if MIN_WINDOW_S <= now - t <= LOOKBACK_MAX_S:
+            return t, cpu, steal
     return None
 
 # NVML clock-event reasons (nvmlClocksEventReason*)
@@ -206,7 +211,7 @@ class Watch:
         self.gpu0 = gpu_state() if self.gpu else None
         self.t0 = time.monotonic()
         if self.ok:
-            _keep_snapshot(self.t0, self.cpu0, self.steal0)
+            _keep_snapshot(self.t0, self.cpu0, self.steal0, self.own_only)
         return self
 
     def stop(self) -> dict:
@@ -217,11 +222,12 @@ class Watch:
         # round's load by 0.5 s instead hid a busy loop on the other core: 0.06 of 1.0 core during a
         # 66 ms bf16 matmul round, whose figure came out at a third): from an earlier snapshot where
         # one is recent, else from its start on, waiting out the rest (0.5 s after each of the 141
-        # short rounds was 37 s of an 881 s H100 run). An in-process probe always waits: before it,
-        # the session's engine workers may still have been busy (they count against it, see below)
+        # short rounds was 37 s of an 881 s H100 run). An in-process probe looks back only through
+        # in-process rounds: after an engine round the session's engine workers may still have been
+        # busy, and they count against it (see below)
         t0, cpu0, steal0 = self.t0, self.cpu0, self.steal0
         if elapsed < MIN_WINDOW_S:
-            snap = _lookback(time.monotonic()) if self.ok and not self.own_only else None
+            snap = _lookback(time.monotonic(), self.own_only) if self.ok else None
             if snap is not None:
                 t0, cpu0, steal0 = snap
                 rec["window_from"] = "a snapshot before the round"
@@ -234,7 +240,7 @@ class Watch:
             ours = {os.getpid()} if self.own_only else _our_pids()
             engines = _our_pids() - {os.getpid()} if self.own_only else set()
             cpu1 = _cpu_by_pid()
-            _keep_snapshot(time.monotonic(), cpu1, _steal())
+            _keep_snapshot(time.monotonic(), cpu1, _steal(), self.own_only)
             others: list[tuple[float, int, str]] = []
             for pid, (t1, name) in cpu1.items():
                 if pid in ours:

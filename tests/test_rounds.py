@@ -530,7 +530,8 @@ def test_a_short_round_beside_a_busy_loop_is_disturbed(monkeypatch):
 def test_a_short_round_after_another_is_watched_from_before_it_without_waiting(monkeypatch):
     """Back-to-back short rounds (141 of them on an H100 gate run waited 37 s in all): the window starts
     at the snapshot of an earlier round instead of running on after this one, and still sees the loop.
-    An in-process probe still waits (the session's engines may have been busy before it)."""
+    An in-process probe looks back only through in-process rounds (after an engine round the session's
+    engines may still have been busy), so right after an engine round it waits."""
     import os
     import signal
 
@@ -555,6 +556,22 @@ def test_a_short_round_after_another_is_watched_from_before_it_without_waiting(m
     assert took < 0.4 and rec["window_from"] == "a snapshot before the round", (took, rec)
     assert rec["window_s"] >= MIN_WINDOW_S and rec["other_cpu_cores"] > 0.5 and rec["disturbed"], rec
     assert "window_from" not in own_rec and own_rec["window_s"] >= MIN_WINDOW_S
+
+
+def test_back_to_back_in_process_rounds_look_back_through_each_other(monkeypatch):
+    """hw.* rounds of milliseconds in a row (the H100 gate: 20 read-bandwidth rounds) look back to the
+    snapshot of the in-process round before them instead of each waiting 0.5 s."""
+    from pytest_voiceperf import disturbance
+    from pytest_voiceperf.disturbance import MIN_WINDOW_S, Watch
+
+    monkeypatch.setattr(disturbance, "_snapshots", [])
+    first = Watch(cpu_limit=0.25, own_only=True).start().stop()  # nothing before it: waits
+    t0 = time.monotonic()
+    recs = [Watch(cpu_limit=0.25, own_only=True).start().stop() for _ in range(5)]
+    took = time.monotonic() - t0
+    assert "window_from" not in first and first["window_s"] >= MIN_WINDOW_S
+    assert all(r.get("window_from") and r["window_s"] >= MIN_WINDOW_S and not r["disturbed"] for r in recs), recs
+    assert took < 5 * MIN_WINDOW_S / 2, took
 
 
 def test_what_a_dropped_round_made_is_forgotten(tmp_path):
