@@ -890,7 +890,7 @@ class VoiceperfSession:
         det = exact or all(pr.deterministic for _, pr in probed)
         rounds = 1 if det else n
         values, reps = [], []
-        bracket = None
+        ms: dict = {}
         for r in range(rounds):
             ms = {}
             for a, pr in probed:
@@ -898,18 +898,10 @@ class VoiceperfSession:
                 ms[a] = pr.rounds[used[r] if used and r < len(used) else min(r, len(pr.rounds) - 1)]
             outs = {a: m.values for a, m in ms.items()}
             samp = {a: m.samples for a, m in ms.items()}
-            try:
-                v = expr.evaluate(claim.metric, names, outs)
-            except expr.ExprError as exc:
-                raise Unmeasured(f"measurement invalid: {exc}") from None
-            if isinstance(v, bool):
-                v = float(v)
-            if not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise Unmeasured(f"measurement invalid: the metric gave {v!r}, not a finite number")
-            values.append(float(v))
+            values.append(_metric(claim.metric, names, outs))
             reps += self._metric_samples(claim.metric, names, outs, samp)
-            if det and not exact:
-                bracket = self._bracket(claim.metric, names, outs, ms)
+        # one round (a search): the probes' own brackets, where they give them
+        bracket = self._bracket(claim.metric, names, ms) if det and not exact else None
         lo, hi = claim.expect.bounds()
         value = float(statistics.median(values))
         md = unstable = None
@@ -943,7 +935,7 @@ class VoiceperfSession:
                 "decision": "inconclusive" if one_round else stats.decide(ci, lo, hi), "one_round": one_round}
 
     @staticmethod
-    def _bracket(metric: str, names: dict, outputs: dict, ms: dict) -> tuple[float, float] | None:
+    def _bracket(metric: str, names: dict, ms: dict) -> tuple[float, float] | None:
         """The metric over the corners of the brackets its one-measurement probes give their outputs
         (a search's count: asr.streams), or None where none does. Each output is taken at both ends of
         its bracket, the others as measured."""
@@ -953,18 +945,13 @@ class VoiceperfSession:
             return None
         got = []
         for corner in itertools.product(*[(lo, hi) for _, _, (lo, hi) in ends]):
-            outs = {a: dict(v) for a, v in outputs.items()}
+            outs = {a: dict(m.values) for a, m in ms.items()}
             for (a, out, _), x in zip(ends, corner):
                 outs[a][out] = float(x)
             try:
-                v = expr.evaluate(metric, names, outs)
-            except expr.ExprError:
+                got.append(_metric(metric, names, outs))
+            except Unmeasured:
                 return None
-            if isinstance(v, bool):
-                v = float(v)
-            if not isinstance(v, (int, float)) or not math.isfinite(v):
-                return None
-            got.append(float(v))
         return (min(got), max(got))
 
     @staticmethod
@@ -1006,11 +993,10 @@ class VoiceperfSession:
         """Measure the session's ceilings once more at the end: a machine whose ceilings moved while
         the claims ran was not in one state (provenance ``ceilings_end``, ``drifted`` above 5%; the
         gate does not compare figures of a probe call whose ceiling moved beyond its tolerance)."""
-        outs = CEILING_OUTPUTS
         for pr in list(self._cache.values()):
-            if not isinstance(pr, Probed) or pr.name not in outs or not pr.rounds or pr.deterministic:
+            if not isinstance(pr, Probed) or pr.name not in CEILING_OUTPUTS or not pr.rounds or pr.deterministic:
                 continue
-            out = outs[pr.name]
+            out = CEILING_OUTPUTS[pr.name]
             try:
                 spec = self.registry.get(pr.name)
                 if spec is None:
@@ -1056,6 +1042,19 @@ class VoiceperfSession:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _metric(metric: str, names: dict, outputs: dict) -> float:
+    """The claim's metric over the probes' outputs; Unmeasured when it gives no finite number."""
+    try:
+        v = expr.evaluate(metric, names, outputs)
+    except expr.ExprError as exc:
+        raise Unmeasured(f"measurement invalid: {exc}") from None
+    if isinstance(v, bool):
+        v = float(v)
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise Unmeasured(f"measurement invalid: the metric gave {v!r}, not a finite number")
+    return float(v)
 
 
 def _fmt_ci(ci, unit: str) -> str:

@@ -106,19 +106,27 @@ def decide(ci: tuple[float, float], lo: float | None, hi: float | None) -> str:
     return "inconclusive"
 
 
-def search_bracket(points: dict[int, tuple[float, float, float]], limit: float, floor: float,
+def spread(samples: list[float]) -> tuple[float, float]:
+    """(q25, q75) of the samples."""
+    if len(samples) < 2:
+        return (samples[0], samples[0])
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return (q[0], q[2])
+
+
+def search_bracket(points: dict[int, tuple[float, float]], limit: float, floor: float,
                    found: int) -> tuple[int, int]:
     """(lo, hi) around ``found``, the largest size whose median time met ``limit`` in a threshold search.
 
-    ``points``: size -> (q25, median, q75) of the steady step times at that size. A size surely meets
+    ``points``: size -> (q25, q75) of the steady step times at that size (:func:`spread`). A size surely meets
     the limit when its q75 x (1 + floor) <= limit, surely misses it when its q25 x (1 - floor) >
     limit (an infinite time: out of memory). Step time grows with the size, so ``lo`` is the largest
     size that surely meets it (0 if none) and ``hi`` one below the smallest size that surely misses
     (the largest size tried when none does). Both are over the sizes tried: one median decides a
     search, and on a host-bound step it sits within a few percent of the limit (H100, 80 ms chunks,
     one stream: 82.5 ms, so 0 streams; H200 runs 40-65 ms), where the next run can land either side."""
-    sure = [b for b, (_, _, q75) in points.items() if q75 * (1 + floor) <= limit]
-    miss = [b for b, (q25, _, _) in points.items() if q25 * (1 - floor) > limit]
+    sure = [b for b, (_, q75) in points.items() if q75 * (1 + floor) <= limit]
+    miss = [b for b, (q25, _) in points.items() if q25 * (1 - floor) > limit]
     lo = min(max(sure, default=0), found)
     if miss:
         hi = min(miss) - 1

@@ -665,19 +665,20 @@ def test_one_search_per_run_is_one_measurement_not_an_exact_figure(pytester):
 
 
 def test_search_bracket_from_the_spread_of_the_timed_points():
-    """A size surely fits when its steps' q75 (+ floor) is within the limit, surely misses when their q25
-    (- floor) is over it; the bracket runs from the largest sure fit to one below the smallest sure miss."""
-    pts = {1: (0.070, 0.0825, 0.090), 2: (0.085, 0.090, 0.095)}  # H100, 80 ms chunks: one stream at 82.5 ms
+    """(q25, q75) of each size's steady steps (stats.spread). A size surely fits when its steps' q75 (+ floor)
+    is within the limit, surely misses when their q25 (- floor) is over it; the bracket runs from the
+    largest sure fit to one below the smallest sure miss."""
+    pts = {1: (0.070, 0.090), 2: (0.085, 0.095)}  # H100, 80 ms chunks: one stream at 82.5 ms
     assert stats.search_bracket(pts, 0.080, 0.01, found=0) == (0, 1)  # 1 straddles, 2 surely misses
-    pts = {1: (0.040, 0.045, 0.050), 2: (0.041, 0.046, 0.052), 4: (0.078, 0.081, 0.084)}
+    pts = {1: (0.040, 0.050), 2: (0.041, 0.052), 4: (0.078, 0.084)}
     assert stats.search_bracket(pts, 0.080, 0.01, found=2) == (2, 4)  # 4 may fit: nothing tried surely misses
-    pts[8] = (0.120, 0.130, 0.140)
+    pts[8] = (0.120, 0.140)
     assert stats.search_bracket(pts, 0.080, 0.01, found=2) == (2, 7)
-    pts[4] = (0.079, 0.0795, 0.0799)  # fits by its median, but not surely with the 1% floor
+    pts[4] = (0.079, 0.0799)  # fits by its median (0.0795), but not surely with the 1% floor
     assert stats.search_bracket(pts, 0.080, 0.01, found=4) == (2, 7)
-    assert stats.search_bracket({1: (0.1, 0.1, 0.1)}, 0.080, 0.01, found=0) == (0, 0)
+    assert stats.search_bracket({1: (0.1, 0.1)}, 0.080, 0.01, found=0) == (0, 0)
     inf = float("inf")
-    assert stats.search_bracket({1: (0.01,) * 3, 2: (inf,) * 3}, 0.080, 0.0, found=1) == (1, 1)  # out of memory
+    assert stats.search_bracket({1: (0.01,) * 2, 2: (inf,) * 2}, 0.080, 0.0, found=1) == (1, 1)  # out of memory
 
 
 BRACKET_PROBE = '''

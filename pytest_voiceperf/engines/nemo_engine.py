@@ -29,7 +29,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
-from ..stats import nearest_rank
+from ..stats import nearest_rank, spread
 from .worker import progress, warming
 
 WARM_STEPS = 4  # a later round's warm-up: the first step (its own shape) and three steady ones
@@ -575,7 +575,7 @@ class Engine:
         a = self._audio(audio)
         t_start = time.perf_counter()
         tried: dict[int, float] = {}
-        quartiles: dict[int, list[float]] = {}  # the steady steps' q25, median, q75 at each size tried
+        quartiles: dict[int, tuple[float, float]] = {}  # the steady steps' q25 and q75 at each size tried
 
         def step_time(b: int) -> float:
             if b in tried:
@@ -589,14 +589,13 @@ class Engine:
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 tried[b] = float("inf")
-                quartiles[b] = [tried[b]] * 3
+                quartiles[b] = (tried[b], tried[b])
                 return tried[b]
             # steady state: drop the first step (a shorter chunk, no cache yet) and a partial last chunk
             t = r["times"][1:] if r["frames"][-1] == r["frames"][1] else r["times"][1:-1]
             t = t or r["times"]
             tried[b] = statistics.median(t)
-            q = statistics.quantiles(t, n=4, method="inclusive") if len(t) > 1 else [t[0], t[0], t[0]]
-            quartiles[b] = [q[0], tried[b], q[2]]
+            quartiles[b] = spread(t)
             progress(f"nemo: {b} streams, {cfg['chunk_ms']:.0f} ms chunks: step {tried[b] * 1000:.1f} ms")
             del buf
             return tried[b]

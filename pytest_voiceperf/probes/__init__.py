@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import spread
+
 
 class Unmeasured(Exception):
     """The case cannot be measured here; the message is the reason (a verdict, not a skip)."""
@@ -50,14 +52,6 @@ class Measurement:
         if not s or len(s) < 2:
             return None
         return spread(s)
-
-
-def spread(samples: list[float]) -> tuple[float, float]:
-    """(q25, q75) of the samples."""
-    if len(samples) < 2:
-        return (samples[0], samples[0])
-    q = statistics.quantiles(samples, n=4, method="inclusive")
-    return (q[0], q[2])
 
 
 def summarize(samples: Iterable[float]) -> float:

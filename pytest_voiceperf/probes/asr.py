@@ -349,7 +349,7 @@ def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str
                  budget_s=max(30.0, min(150.0, ctx.time_left() * 0.5)))
     info = _engine_info(ctx, spec)
     floor = ctx.session.options.noise_floor
-    quart = {int(b): tuple(q) for b, q in (r.get("step_quartiles_s") or {}).items()}
+    quart = {int(b): (q[0], q[1]) for b, q in (r.get("step_quartiles_s") or {}).items()}
     bracket = stats.search_bracket(quart, r["chunk_ms"] / 1000.0, floor, int(r["streams"])) if quart else None
     info.update({"audio": au, "step_s_by_streams": r["step_s"], "capped": r["capped"], "gpu": r["gpu"],
                  "budget_hit": r["budget_hit"], "steps_timed": r["steps_timed"],
