@@ -388,3 +388,15 @@ def test_cases_of_one_nemo_engine_run_together(pytester):
     bf16 = [i for i, n in enumerate(ids) if n.startswith("asr-streams-per-gpu")]
     fp32 = [i for i, n in enumerate(ids) if n.startswith(("asr-cache-aware", "asr-chunk-table", "asr-frame-80ms"))]
     assert bf16 and fp32 and (max(bf16) < min(fp32) or min(bf16) > max(fp32))
+
+
+def test_streams_times_fewer_steps_only_where_steps_are_long():
+    """asr.streams times 16 steps where they are short (host-bound, small sizes) and down to 8 where
+    16 would take over ~4 s; a size whose step misses the chunk by far gets the minimum."""
+    from pytest_voiceperf.engines.nemo_engine import STEPS_MAX, STEPS_MIN, _steps_to_time
+
+    assert _steps_to_time([0.06, 0.07, 0.05], 0.08) == STEPS_MAX == 16
+    assert _steps_to_time([0.30, 0.31, 0.29], 0.32) == 14          # ceil(4 / 0.30)
+    assert _steps_to_time([1.0, 1.1, 0.9], 1.12) == STEPS_MIN == 8
+    assert _steps_to_time([0.5, 0.5], 0.08) == STEPS_MIN           # over twice the chunk
+    assert _steps_to_time([], 0.32) == 13                          # nothing timed: sized by the chunk

@@ -73,6 +73,21 @@ def build_config(shape: dict | None) -> dict:
     return cfg
 
 
+STEPS_MIN, STEPS_MAX, STEPS_SECONDS = 8, 16, 4.0
+
+
+def _steps_to_time(warm_times: list[float], chunk_s: float) -> int:
+    """How many steps ``streams`` times at one size: 16 where steps are short (host-bound at small
+    sizes, where a median needs many), fewer down to 8 where each step is long enough that 16 would
+    take more than ~4 s (a GPU-bound batch at 1.12 s chunks steps ~1 s at 3,500 streams, steadily:
+    16 steps there cost ~40 s of a case's ~80). Sized from the warm-up steps; a step over twice the
+    chunk (the size misses by far) gets the minimum."""
+    t = statistics.median(warm_times) if warm_times else chunk_s
+    if t > 2 * chunk_s:
+        return STEPS_MIN
+    return max(STEPS_MIN, min(STEPS_MAX, math.ceil(STEPS_SECONDS / max(t, 1e-6))))
+
+
 def _shape_signature(args: tuple, kwargs: dict) -> tuple:
     """Shapes of tensor arguments and values of the others (flags such as drop_extra_pre_encoded)."""
     def one(v):
@@ -576,15 +591,17 @@ class Engine:
         t_start = time.perf_counter()
         tried: dict[int, float] = {}
         quartiles: dict[int, tuple[float, float]] = {}  # the steady steps' q25 and q75 at each size tried
+        timed: dict[int, int] = {}  # steps timed at each size (see _steps_to_time)
 
         def step_time(b: int) -> float:
             if b in tried:
                 return tried[b]
             buf = self._buffer([a], copies=b)
-            n = int(steps) or 16
             try:
                 with warming():
                     r = self._stream_once(buf, max_steps=4)
+                n = int(steps) or _steps_to_time(r["times"][1:] or r["times"], chunk_s)
+                timed[b] = n
                 r = self._stream_once(buf, max_steps=n)
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
@@ -630,7 +647,7 @@ class Engine:
                 "streams": best, "step_s": {str(k): v for k, v in sorted(tried.items())},
                 "step_quartiles_s": {str(k): v for k, v in sorted(quartiles.items())},
                 "step_s_at_best": tried.get(best), "capped": best >= int(max_streams), "budget_hit": budget_hit,
-                "steps_timed": int(steps) or 16,
+                "steps_timed": {str(k): v for k, v in sorted(timed.items())},
                 "gpu": torch.cuda.get_device_name(), "dtype": self.dtype}
 
     def transcribe(self, right_context: int = 0, audio: str = "") -> dict:

@@ -5,13 +5,15 @@
 - ASR: ``asr.stream`` on the utterance (cache-aware streaming; compute time = its RTF x audio seconds);
 - LLM: ``llm.decode`` for a reply of ``reply_tokens`` tokens (time = tokens / decode tok/s), plus
   ``llm.prefill`` of the prompt when that probe exists;
-- TTS: ``tts.synthesis`` of the reply's audio (whole-utterance time at the reply's exact patch count;
-  the reply is ``reply_tokens x audio_s_per_token`` seconds of speech).
+- TTS: ``tts.rtf`` of the reply's audio (whole-utterance time at the reply's exact patch count;
+  the reply is ``reply_tokens x audio_s_per_token`` seconds of speech). One length is all the turn
+  needs: a fit over a second, shorter length (what it timed before) cost a third more synthesis per
+  round, the largest share of the pipeline's rounds on a GPU (full-size VoxCPM2: 107 s of 306 s).
 
 The shares are of the summed compute time of the three stages for the turn. Outputs it relies on:
 ``asr.stream``: rtf, audio_s (args model, chunk_ms, reps); ``llm.decode``: tok_s (args model, engine,
 tokens, reps, dtype; weight_bytes and hw.read_bandwidth for the bandwidth share); ``llm.prefill``:
-tok_s (arg prompt_len; only when prompt_tokens > 0); ``tts.synthesis``: rtf, audio_s_per_patch.
+tok_s (arg prompt_len; only when prompt_tokens > 0); ``tts.rtf``: rtf, audio_s.
 """
 from __future__ import annotations
 
@@ -88,12 +90,11 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     ms = models.get(tts_model)
     aps = float(ms.defaults.get("audio_s_per_patch", 0.16)) if ms else 0.16
     patches = max(2, round(reply_tokens * float(audio_s_per_token) / aps))
-    short = max(1, patches // 2)
     ctx.progress(f"pipeline.turn: TTS {tts_model}, {patches} patches")
-    syn = ctx.probe("tts.synthesis", model=tts_model, patches=f"{short},{patches}", timesteps=int(tts_timesteps),
+    syn = ctx.probe("tts.rtf", model=tts_model, patches=patches, timesteps=int(tts_timesteps),
                     reps=int(reps), dtype=tts_dtype)
-    reply_audio = patches * _out(syn, "tts.synthesis", "audio_s_per_patch")
-    tts_s = _out(syn, "tts.synthesis", "rtf") * reply_audio
+    reply_audio = _out(syn, "tts.rtf", "audio_s")
+    tts_s = _out(syn, "tts.rtf", "rtf") * reply_audio
     total = asr_s + llm_s + tts_s
     values = {
         "asr_s": asr_s, "llm_s": llm_s, "tts_s": tts_s, "total_s": total, "asr_share": asr_s / total,
@@ -117,7 +118,7 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     return Measurement(values, samples, info={
         "asr": {"probe": "asr.stream", "args": asr_args, "values": asr.values},
         "llm": {"probe": "llm.decode", "args": llm_args, "values": dec.values, "prefill_s": prefill_s},
-        "tts": {"probe": "tts.synthesis", "patches": patches, "values": syn.values,
+        "tts": {"probe": "tts.rtf", "patches": patches, "values": syn.values,
                 "engine": {k: syn.info.get(k) for k in ("model", "dummy", "dtype", "device", "params")}},
         "audio_s_per_token": float(audio_s_per_token),
         "method": "sum of the three stages' compute time for one turn: ASR streaming compute (RTF x utterance), "
