@@ -288,6 +288,7 @@ class VoiceperfSession:
         self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
         self._case_serial = 0
         self._case_round: tuple | None = None  # (case serial, round) whose rounds are being taken
+        self.last_heavy: str | None = None  # the heavy engine instance the latest round ran on (live after it)
         # rounds taken together for several cases on one engine (see plan()): engine instance -> the
         # probe calls and the cases using each, until taken; case -> its group
         self._groups: dict[str, dict[str, tuple[str, dict, set[int]]]] = {}
@@ -380,6 +381,8 @@ class VoiceperfSession:
 
         rctx = ProbeContext(self, ctx.deadline, round=len(pr.rounds), attempt=pr.attempts)
         rctx.instance = _instance_of(spec, pr.args)
+        if rctx.instance is not None and not is_light(rctx.instance.split(":", 1)[0]):
+            self.last_heavy = rctx.instance
         rctx.reads = pr.reads
         pr.attempts += 1
         self.round_serial += 1
@@ -801,6 +804,14 @@ class VoiceperfSession:
         live = max(1, self.options.max_live_engines)
         if len(heavy) <= live:
             return [order]
+        # the engine live now takes its rounds first, unless a probe known not to run here leads (it
+        # ends the case before anything is measured): starting the other engine first, then coming
+        # back to this one for the cases after, started each of llm-precision-speedup's bf16 and FP8
+        # engines twice on the GPU (4 extra vLLM starts of the cuda profile, ~25 s each)
+        known_bad = any(isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured) for c in order)
+        if self.last_heavy in heavy and not known_bad:
+            heavy.remove(self.last_heavy)
+            heavy.insert(0, self.last_heavy)
         blocks = [list(groups[k]) for k in heavy]
         blocks[0][:0] = groups.get(None, [])
         self.progress(f"{name}: rounds taken one engine at a time ({len(heavy)} engines, {live} live at once)")

@@ -215,6 +215,19 @@ def test_llm_claim_files_load_and_profiles(pytester):
     assert "llm-decode-roofline[qwen3-8b]" in res.stdout.str()
 
 
+def test_a_pipeline_case_runs_beside_its_llms_own_cases(pytester):
+    """The cuda profile's order: each pipeline case right after the cases of its LLM's engine (that
+    engine is live then: no second start), each model's FP8 cases next to its bf16 ones."""
+    root = Path(__file__).resolve().parents[1] / "claims"
+    res = pytester.runpytest_subprocess("--voiceperf", "--voiceperf-claims", str(root), "--collect-only", "-q",
+                                        "--voiceperf-profile", "cuda")
+    cases = [ln.split("::")[-1] for ln in res.stdout.str().splitlines() if "::" in ln]
+    for model in ("qwen3-4b", "qwen3-14b"):
+        at = cases.index(f"pipeline-tts-dominates[{model}]")
+        own = [i for i, c in enumerate(cases) if c.startswith("llm-") and f"[{model}" in c and "llamacpp" not in c]
+        assert own and max(own) < at and all(i in own for i in range(min(own), at)), (model, cases)
+
+
 def test_fp8_on_cpu_is_unmeasured_with_reason(pytester):
     files = {"t-fp8.yaml": f"""
         id: t-fp8

@@ -38,7 +38,13 @@ def _out(m: Measurement, probe_name: str, *names: str) -> float:
                      f"{', '.join(sorted(m.values)) or 'nothing'}")
 
 
-@probe("pipeline.turn", outputs={
+def _llm_call(a: dict) -> tuple[str, dict]:
+    """The turn's LLM decode: its cases run beside that engine's own cases (its engine starts once)."""
+    return "llm.decode", {"model": a.get("llm_model"), "engine": a.get("llm_engine") or "auto",
+                          **({"dtype": a["llm_dtype"]} if a.get("llm_dtype") else {})}
+
+
+@probe("pipeline.turn", sorts_with=_llm_call, outputs={
     "asr_s": "s", "llm_s": "s", "tts_s": "s", "total_s": "s", "asr_share": "", "llm_share": "", "tts_share": "",
     "utterance_s": "s", "reply_audio_s": "s", "reply_tokens": "tokens", "llm_bw_fraction": "",
 })
@@ -55,13 +61,8 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     reply_tokens = int(reply_tokens)
     if reply_tokens < 1:
         raise Unmeasured("reply_tokens must be at least 1")
-    # ASR of the user's utterance
-    asr_args = _accepts(ctx, "asr.stream", {"model": asr_model, "chunk_ms": int(asr_chunk_ms), "reps": int(reps)})
-    ctx.progress(f"pipeline.turn: ASR {asr_model} at {asr_chunk_ms} ms chunks")
-    asr = ctx.probe("asr.stream", **asr_args)
-    utter_s = _out(asr, "asr.stream", "audio_s")
-    asr_s = _out(asr, "asr.stream", "rtf") * utter_s
-    # LLM reply
+    # The LLM stage first: its cases sort beside the LLM's own (see _llm_call), whose engine is live
+    # then; the ASR and TTS stages are the same calls for every LLM, measured once for the session.
     llm_args = _accepts(ctx, "llm.decode", {"model": llm_model, "engine": llm_engine, "tokens": reply_tokens,
                                             "reps": int(reps), "dtype": llm_dtype or None})
     ctx.progress(f"pipeline.turn: LLM {llm_model}, {reply_tokens} reply tokens")
@@ -84,6 +85,12 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
             bw_fraction = tok_s * float(dec.values["weight_bytes"]) / rd.values["read_bw"]
         except Unmeasured:
             pass
+    # ASR of the user's utterance
+    asr_args = _accepts(ctx, "asr.stream", {"model": asr_model, "chunk_ms": int(asr_chunk_ms), "reps": int(reps)})
+    ctx.progress(f"pipeline.turn: ASR {asr_model} at {asr_chunk_ms} ms chunks")
+    asr = ctx.probe("asr.stream", **asr_args)
+    utter_s = _out(asr, "asr.stream", "audio_s")
+    asr_s = _out(asr, "asr.stream", "rtf") * utter_s
     # TTS of the reply at its own length
     from .. import models
 
