@@ -597,17 +597,22 @@ class Engine:
             if b in tried:
                 return tried[b]
             buf = self._buffer([a], copies=b)
-            try:
-                with warming():
-                    r = self._stream_once(buf, max_steps=4)
-                n = int(steps) or _steps_to_time(r["times"][1:] or r["times"], chunk_s)
-                timed[b] = n
-                r = self._stream_once(buf, max_steps=n)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                tried[b] = float("inf")
-                quartiles[b] = (tried[b], tried[b])
-                return tried[b]
+            for attempt in (1, 2):
+                try:
+                    with warming():
+                        r = self._stream_once(buf, max_steps=4)
+                    n = int(steps) or _steps_to_time(r["times"][1:] or r["times"], chunk_s)
+                    timed[b] = n
+                    r = self._stream_once(buf, max_steps=n)
+                    break
+                except torch.cuda.OutOfMemoryError:
+                    # the allocator's cache of earlier (other) sizes can be what is missing: once more
+                    # with it emptied, then the size is out of memory (inf: it never fits)
+                    torch.cuda.empty_cache()
+                    if attempt == 2:
+                        tried[b] = float("inf")
+                        quartiles[b] = (tried[b], tried[b])
+                        return tried[b]
             # steady state: drop the first step (a shorter chunk, no cache yet) and a partial last chunk
             t = r["times"][1:] if r["frames"][-1] == r["frames"][1] else r["times"][1:-1]
             t = t or r["times"]

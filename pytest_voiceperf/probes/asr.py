@@ -18,6 +18,7 @@ signal, which the result says. With random weights, speed does not depend on wha
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
@@ -351,7 +352,14 @@ def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str
     floor = ctx.session.options.noise_floor
     quart = {int(b): (q[0], q[1]) for b, q in (r.get("step_quartiles_s") or {}).items()}
     bracket = stats.search_bracket(quart, r["chunk_ms"] / 1000.0, floor, int(r["streams"])) if quart else None
+    # a size that ran out of device memory (step inf): where the bracket's top is such a size, the
+    # count is bounded by memory here, not by step time (seen on an H100 late in a whole-profile run:
+    # 3,200 streams at 1.12 s out of memory, 3,584 fitting in time on a fresh engine)
+    oom = sorted(int(b) for b, t in (r.get("step_s") or {}).items() if not math.isfinite(float(t)))
+    if oom:
+        ctx.progress(f"asr.streams: out of device memory from {oom[0]} streams; the count is bounded by memory there")
     info.update({"audio": au, "step_s_by_streams": r["step_s"], "capped": r["capped"], "gpu": r["gpu"],
+                 "out_of_memory_from": oom[0] if oom else None,
                  "budget_hit": r["budget_hit"], "steps_timed": r["steps_timed"],
                  "step_quartiles_s_by_streams": r.get("step_quartiles_s"),
                  "method": "identical streams batched in NeMo's buffer; median conformer_stream_step time "
