@@ -1012,3 +1012,46 @@ def test_gate_leaves_alone_a_figure_computed_from_a_ceiling_that_drifted_inside_
     assert res.ret == 0, res.stdout.str()
     res.stdout.fnmatch_lines(["*untestable*"])
     assert "this run: t.ceil" in res.stdout.str() and "moved -12.4% when measured again" in res.stdout.str()
+
+
+def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_it(tmp_path, monkeypatch):
+    """A probe gives up as disturbed after ``min_rounds`` rounds dropped in a row (the machine is busy
+    now), not after that many over its life: a probe many cases pair takes many rounds, and isolated
+    drops (a hypervisor stealing a quarter core now and then) must not void its clean rounds."""
+    from pytest_voiceperf import disturbance
+    from pytest_voiceperf.probes import Measurement, Registry, Unmeasured, probe
+    from pytest_voiceperf.session import Options, ProbeContext, VoiceperfSession
+
+    pattern = iter([True, False, True, False, True, False, False,  # 3 drops, never in a row
+                    True, True, True])                             # then 3 in a row
+
+    class Watch:
+        def __init__(self, **_):
+            pass
+
+        def start(self):
+            return self
+
+        def stop(self):
+            return {"wall_s": 0.01, "disturbed": ["the hypervisor stole 0.30 CPU cores (other guests)"]
+                    if next(pattern) else []}
+
+    monkeypatch.setattr(disturbance, "Watch", Watch)
+
+    @probe("t.flat", outputs={"t": "s"})
+    def flat(ctx):
+        return Measurement({"t": 1.0}, samples={"t": [0.99, 1.0, 1.01]})
+
+    reg = Registry()
+    reg.add(flat.voiceperf_probe)
+    s = VoiceperfSession(Options(device="cpu"), reg, tmp_path)
+    ctx = ProbeContext(s, time.monotonic() + 60)
+    for r in range(4):
+        s.measure_round("t.flat", {}, ctx, r)
+    pr = s.probed("t.flat", {})
+    assert len(pr.rounds) == 4 and len(pr.dropped) == 3
+    with pytest.raises(Unmeasured, match=r"disturbed: 6 rounds of t.flat dropped, 4 clean"):
+        s.measure_round("t.flat", {}, ctx, 4)
+    with pytest.raises(Unmeasured, match="disturbed"):  # still disturbed: no new attempt
+        s.measure_round("t.flat", {}, ctx, 4)
+    assert len(pr.dropped) == 6
