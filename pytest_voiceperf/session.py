@@ -543,7 +543,8 @@ class VoiceperfSession:
         # ends it before shared ones run again
         held = {c.alias for c in calls if (pr := self.probed(c.probe, c.args)) is not None and pr.rounds}
         known = {c.alias for c in calls if isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured)}
-        blocks = self._blocks(sorted(calls, key=lambda c: (c.alias not in known, c.alias in held)), case.name)
+        blocks = self._blocks(sorted(calls, key=lambda c: (c.alias not in known, c.alias in held)), case.name,
+                              live_first=not known)
         try:
             while True:
                 # round-major within a block: round r of each of its probes before round r+1 of any.
@@ -792,7 +793,7 @@ class VoiceperfSession:
                 "probes_left_out": len(members) - len(live), "stopped": stopped,
                 "seconds": round(time.monotonic() - t0, 3)}
 
-    def _blocks(self, order: list, name: str) -> list[list]:
+    def _blocks(self, order: list, name: str, live_first: bool = True) -> list[list]:
         """The case's calls grouped by when their rounds are taken: all in one block (interleaved,
         round by round) when they need no more engines than may be live at once; otherwise one block
         per engine, each taking all its rounds before the next engine starts (in-process probes in
@@ -810,12 +811,11 @@ class VoiceperfSession:
         live = max(1, self.options.max_live_engines)
         if len(heavy) <= live:
             return [order]
-        # the engine live now takes its rounds first, unless a probe known not to run here leads (it
-        # ends the case before anything is measured): starting the other engine first, then coming
-        # back to this one for the cases after, started each of llm-precision-speedup's bf16 and FP8
-        # engines twice on the GPU (4 extra vLLM starts of the cuda profile, ~25 s each)
-        known_bad = any(isinstance(self._cache.get(self._key(c.probe, c.args)), Unmeasured) for c in order)
-        if self.last_heavy in heavy and not known_bad:
+        # the engine live now takes its rounds first (``live_first``: unless a probe known not to run
+        # here leads, which ends the case before anything is measured): starting the other engine
+        # first, then coming back to this one for the cases after, started each of
+        # llm-precision-speedup's bf16 and FP8 engines twice on the GPU (4 extra vLLM starts, ~25 s each)
+        if live_first and self.last_heavy in heavy:
             heavy.remove(self.last_heavy)
             heavy.insert(0, self.last_heavy)
         blocks = [list(groups[k]) for k in heavy]

@@ -39,7 +39,8 @@ def _out(m: Measurement, probe_name: str, *names: str) -> float:
 
 
 def _llm_call(a: dict) -> tuple[str, dict]:
-    """The turn's LLM decode: its cases run beside that engine's own cases (its engine starts once)."""
+    """The turn's LLM decode (the call it makes, less tokens and reps): its cases sort beside that
+    engine's own cases, so the engine starts once."""
     return "llm.decode", {"model": a.get("llm_model"), "engine": a.get("llm_engine") or "auto",
                           **({"dtype": a["llm_dtype"]} if a.get("llm_dtype") else {})}
 
@@ -63,10 +64,10 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
         raise Unmeasured("reply_tokens must be at least 1")
     # The LLM stage first: its cases sort beside the LLM's own (see _llm_call), whose engine is live
     # then; the ASR and TTS stages are the same calls for every LLM, measured once for the session.
-    llm_args = _accepts(ctx, "llm.decode", {"model": llm_model, "engine": llm_engine, "tokens": reply_tokens,
-                                            "reps": int(reps), "dtype": llm_dtype or None})
+    name, llm_call = _llm_call({"llm_model": llm_model, "llm_engine": llm_engine, "llm_dtype": llm_dtype})
+    llm_args = _accepts(ctx, name, {**llm_call, "tokens": reply_tokens, "reps": int(reps)})
     ctx.progress(f"pipeline.turn: LLM {llm_model}, {reply_tokens} reply tokens")
-    dec = ctx.probe("llm.decode", **llm_args)
+    dec = ctx.probe(name, **llm_args)
     tok_s = _out(dec, "llm.decode", "tok_s")
     llm_s = reply_tokens / tok_s
     prefill_s = 0.0
