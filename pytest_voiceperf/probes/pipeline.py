@@ -52,12 +52,14 @@ def _llm_call(a: dict) -> tuple[str, dict]:
 def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm_model: str = "qwen3-4b",
          llm_engine: str = "auto", reply_tokens: int = 32, prompt_tokens: int = 0, tts_model: str = "voxcpm2",
          audio_s_per_token: float = 0.3, tts_timesteps: int = 10, tts_dtype: str = "bfloat16",
-         llm_dtype: str = "", reps: int = 3):
+         llm_dtype: str = "", reps: int = 3, tts_reps: int = 0):
     """One spoken turn: ASR of the utterance, an LLM reply of ``reply_tokens`` tokens, TTS of the reply.
 
     ``audio_s_per_token`` converts the reply to speech seconds (0.3 s: about 0.75 words per token at
     150 words per minute); the TTS runs at the nearest whole number of 160 ms patches.
     ``prompt_tokens`` > 0 adds the prefill of a prompt of that length (``llm.prefill``).
+    ``tts_reps`` (0: ``reps``) sets the synthesis runs per round apart: one full-size run is seconds
+    long, and the rounds, not the runs inside one, are what decide.
     """
     reply_tokens = int(reply_tokens)
     if reply_tokens < 1:
@@ -100,7 +102,7 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     patches = max(2, round(reply_tokens * float(audio_s_per_token) / aps))
     ctx.progress(f"pipeline.turn: TTS {tts_model}, {patches} patches")
     syn = ctx.probe("tts.rtf", model=tts_model, patches=patches, timesteps=int(tts_timesteps),
-                    reps=int(reps), dtype=tts_dtype)
+                    reps=int(tts_reps) or int(reps), dtype=tts_dtype)
     reply_audio = _out(syn, "tts.rtf", "audio_s")
     tts_s = _out(syn, "tts.rtf", "rtf") * reply_audio
     total = asr_s + llm_s + tts_s

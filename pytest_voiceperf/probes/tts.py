@@ -130,11 +130,12 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
               reps: int = 3, dtype: str = "bfloat16", optimize: bool = False, runtime: str = "pytorch"):
     """Whole-utterance synthesis time at fixed patch counts; time = slope x audio seconds + intercept.
 
-    Each length is generated once untimed, then ``reps`` rounds time every length (interleaved).
+    Each length is generated once untimed, then ``reps`` passes time every length (interleaved).
     The fit (slope, intercept, r2) is over the per-length medians; ``rtf`` is the median time /
     audio at the longest length; ``step_s`` the slope per patch. ``*_best`` fit the fastest run at
     each length instead (a lower envelope, for comparison); ``max_spread`` is the largest
-    (max - min) / median of the runs at any one length, a measure of how steady the host was.
+    (max - min) / median of the runs at any one length, a measure of how steady the host was
+    (NaN with ``reps`` 1, where the session's rounds give the spread).
     """
     lengths = sorted(set(_ints(patches, "patches")))
     if len(lengths) < 2:
@@ -152,7 +153,9 @@ def synthesis(ctx, model: str = "voxcpm2-tiny", patches: str = "4,8,12,16,20", t
     pred = [fit["slope"] * a + fit["intercept"] for a in audio]
     max_res = max(abs(m - p) / p for m, p in zip(med, pred)) if min(pred) > 0 else float("nan")
     best = linfit(audio, [min(ts) for ts in r["times"]])
-    spread = max((max(ts) - min(ts)) / statistics.median(ts) for ts in r["times"])
+    # one run per length (reps 1: the rounds are the samples) has no run-to-run spread to report
+    spread = (max((max(ts) - min(ts)) / statistics.median(ts) for ts in r["times"])
+              if min(len(ts) for ts in r["times"]) >= 2 else float("nan"))
     rounds = min(len(ts) for ts in r["times"])
     per_round = [linfit(audio, [ts[i] for ts in r["times"]]) for i in range(rounds)]
     aps = per_patch[0]
