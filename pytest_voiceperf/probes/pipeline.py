@@ -111,8 +111,10 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
         "llm_share": llm_s / total, "tts_share": tts_s / total, "utterance_s": utter_s,
         "reply_audio_s": reply_audio, "reply_tokens": float(reply_tokens), "llm_bw_fraction": bw_fraction,
     }
-    # per-run shares where every stage has per-run samples
-    samples = {}
+    # per-run shares where every stage has per-run samples; else the round's own share (one run of the
+    # reply's synthesis per round): a timed figure, never a probe without samples, which the session
+    # would take for a search and decide from one round with no interval
+    samples = {"tts_share": [values["tts_share"]]}
     a_runs = asr.samples.get("rtf") or []
     d_runs = dec.samples.get("tok_s") or []
     t_runs = syn.samples.get("rtf") or []
