@@ -79,6 +79,7 @@ class ClaimItem(pytest.Item):
                 self.xfail_reason = xf.reason
                 self.add_marker(pytest.mark.xfail(reason=xf.reason, strict=xf.strict, raises=VerdictFailed))
         self.engine_key = self._engine_key()
+        self.leaves_live = self._nested_key("ends_with")
 
     def _names(self, device: str = "cpu", profile: str = "cpu") -> dict:
         names = dict(self.case.params)
@@ -86,19 +87,32 @@ class ClaimItem(pytest.Item):
         names.setdefault("profile", profile)
         return names
 
+    def _nested_key(self, which: str) -> str:
+        """The engine instance of a nested call an engine-less probe declares (``sorts_with``: the one
+        its cases sort with; ``ends_with``: the one it leaves live), "" where none."""
+        state = _state(self.config)
+        for call in self.case.calls():
+            spec = state.registry.get(call.probe)
+            nested = getattr(spec, which, None) if spec is not None and not spec.engine else None
+            if nested is not None:
+                try:
+                    name, args = nested({**spec.params, **call.args})
+                    inner = state.registry.get(name)
+                    if inner is not None and inner.engine:
+                        return inner.instance(args) or ""
+                except Exception:  # the probe reports its bad arguments when it runs
+                    pass
+        return ""
+
     def _engine_key(self) -> str:
         """Cases measured by the same engine and model sort together (and share an xdist group)."""
         state = _state(self.config)
         for call in self.case.calls():
             spec = state.registry.get(call.probe)
             if spec is not None and not spec.engine and spec.sorts_with is not None:
-                try:
-                    name, args = spec.sorts_with({**spec.params, **call.args})
-                    inner = state.registry.get(name)
-                    if inner is not None and inner.engine:
-                        return inner.instance(args) or ""
-                except Exception:  # the probe reports its bad arguments when it runs
-                    pass
+                key = self._nested_key("sorts_with")
+                if key:
+                    return key
             if spec is not None and spec.engine:
                 try:
                     return spec.instance(call.args) or ""
@@ -230,3 +244,20 @@ class InvalidClaimItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, self.line - 1, f"invalid claim file {self.path.name}"
+
+
+def live_engine_next(items: list) -> None:
+    """Items sorted by engine: after a group whose last case leaves another engine live (a pipeline case
+    ends on its TTS stage), that engine's group runs next instead of in its sorted place."""
+    groups: dict[str, list] = {}
+    for it in items:
+        groups.setdefault(getattr(it, "engine_key", "") or "", []).append(it)
+    out: list = []
+    placed: set[str] = set()
+    for start in groups:
+        key: str | None = start
+        while key is not None and key in groups and key not in placed:
+            placed.add(key)
+            out.extend(groups[key])
+            key = getattr(groups[key][-1], "leaves_live", "") or None
+    items[:] = out

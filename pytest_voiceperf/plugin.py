@@ -266,7 +266,7 @@ def _load_gate(config, vs, spec):
 def pytest_collection_modifyitems(session, config, items):
     if not _enabled(config):
         return
-    from .collect import ClaimItem
+    from .collect import ClaimItem, live_engine_next
 
     vs = get_session(config)
     profile = vs.profile if vs else (config.getoption("voiceperf_profile") or "cpu")
@@ -284,6 +284,7 @@ def pytest_collection_modifyitems(session, config, items):
     # claims that share an engine run one after the other (one engine start each)
     order = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (getattr(it, "engine_key", "") or "", order[id(it)]))
+    live_engine_next(items)
     if config.getoption("voiceperf_gpus") and getattr(config.option, "loadgroup", False):
         from .gpus import group_items
 

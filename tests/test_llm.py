@@ -226,6 +226,26 @@ def test_a_pipeline_case_runs_beside_its_llms_own_cases(pytester):
         at = cases.index(f"pipeline-tts-dominates[{model}]")
         own = [i for i, c in enumerate(cases) if c.startswith("llm-") and f"[{model}" in c and "llamacpp" not in c]
         assert own and max(own) < at and all(i in own for i in range(min(own), at)), (model, cases)
+    # the first pipeline case ends on its TTS stage: the eager VoxCPM2 cases run next, on that engine
+    first = min(cases.index(f"pipeline-tts-dominates[{m}]") for m in ("qwen3-4b", "qwen3-14b"))
+    eager = [i for i, c in enumerate(cases) if c.startswith("tts-") and "voxcpm2" in c
+             and "nanovllm" not in c and "True" not in c]
+    assert eager == list(range(first + 1, first + 1 + len(eager))), cases
+
+
+def test_the_engine_a_case_leaves_live_runs_next():
+    from types import SimpleNamespace as Item
+
+    from pytest_voiceperf.collect import live_engine_next
+
+    def it(name, key, live=""):
+        return Item(name=name, engine_key=key, leaves_live=live)
+
+    items = [it("p", ""), it("a1", "a"), it("a2", "a", live="c"), it("b1", "b"), it("c1", "c", live="a"),
+             it("d1", "d", live="gone")]
+    live_engine_next(items)
+    # c moves up after a (a is placed already when c's last case names it; an unknown engine is ignored)
+    assert [i.name for i in items] == ["p", "a1", "a2", "c1", "b1", "d1"]
 
 
 def test_fp8_on_cpu_is_unmeasured_with_reason(pytester):

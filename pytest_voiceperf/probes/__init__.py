@@ -76,6 +76,9 @@ class ProbeSpec:
     # a probe without an engine that calls engine probes (pipeline.turn): args -> (probe, args) of the
     # nested call its cases sort with, so they run while that engine is live (one start, not two)
     sorts_with: Callable[[dict], tuple[str, dict]] | None = None
+    # ... and (probe, args) of the nested call it makes last: that engine is still live after the case,
+    # so the cases of that engine run next (one start fewer)
+    ends_with: Callable[[dict], tuple[str, dict]] | None = None
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -122,7 +125,8 @@ def _where(fn) -> str:
 
 def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
           engine_key: Callable[[dict], str] | None = None, exact: Iterable[str] = (),
-          sorts_with: Callable[[dict], tuple[str, dict]] | None = None):
+          sorts_with: Callable[[dict], tuple[str, dict]] | None = None,
+          ends_with: Callable[[dict], tuple[str, dict]] | None = None):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -136,7 +140,7 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
             raise ValueError(f"probe {name}: exact outputs {sorted(unknown)} are not among its outputs")
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
                                        {k: tuple(v) for k, v in (choices or {}).items()}, engine_key,
-                                       frozenset(exact), sorts_with)
+                                       frozenset(exact), sorts_with, ends_with)
         return fn
 
     return wrap

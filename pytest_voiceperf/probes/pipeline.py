@@ -45,7 +45,14 @@ def _llm_call(a: dict) -> tuple[str, dict]:
                           **({"dtype": a["llm_dtype"]} if a.get("llm_dtype") else {})}
 
 
-@probe("pipeline.turn", sorts_with=_llm_call, outputs={
+def _tts_call(a: dict) -> tuple[str, dict]:
+    """The turn's reply synthesis (less its length and runs), its last stage: that engine is live after
+    the case, and the TTS engine's own cases run next."""
+    return "tts.rtf", {"model": a.get("tts_model"), "timesteps": int(a.get("tts_timesteps") or 10),
+                       "dtype": a.get("tts_dtype") or "bfloat16"}
+
+
+@probe("pipeline.turn", sorts_with=_llm_call, ends_with=_tts_call, outputs={
     "asr_s": "s", "llm_s": "s", "tts_s": "s", "total_s": "s", "asr_share": "", "llm_share": "", "tts_share": "",
     "utterance_s": "s", "reply_audio_s": "s", "reply_tokens": "tokens", "llm_bw_fraction": "",
 })
@@ -101,8 +108,8 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     aps = float(ms.defaults.get("audio_s_per_patch", 0.16)) if ms else 0.16
     patches = max(2, round(reply_tokens * float(audio_s_per_token) / aps))
     ctx.progress(f"pipeline.turn: TTS {tts_model}, {patches} patches")
-    syn = ctx.probe("tts.rtf", model=tts_model, patches=patches, timesteps=int(tts_timesteps),
-                    reps=int(tts_reps) or int(reps), dtype=tts_dtype)
+    name, tts_call = _tts_call({"tts_model": tts_model, "tts_timesteps": tts_timesteps, "tts_dtype": tts_dtype})
+    syn = ctx.probe(name, **tts_call, patches=patches, reps=int(tts_reps) or int(reps))
     reply_audio = _out(syn, "tts.rtf", "audio_s")
     tts_s = _out(syn, "tts.rtf", "rtf") * reply_audio
     total = asr_s + llm_s + tts_s
