@@ -417,6 +417,16 @@ class VoiceperfSession:
             raise TypeError(f"probe {pr.name} returned {type(m).__name__}, not Measurement")
         with self.timing.phase(timing.WATCH):  # a short round's window (and the /proc and NVML reads)
             rec = watch.stop()
+        timed = sorted(set(m.values) - spec.exact)
+        if timed and not spec.one_figure and not m.invalid and not any(m.samples.values()):
+            broken = InvalidMeasurement(
+                f"measurement invalid: probe {pr.name} returned no samples for its timed outputs "
+                f"({', '.join(timed)}): rounds decide a timed figure, one round of it decides nothing. Give the "
+                f"per-run figures as Measurement(values, samples), declare the outputs that are counts in "
+                f"@probe(..., exact=...), or @probe(..., one_figure=True) for a search")
+            if not pr.rounds:
+                self._cache[self._key(pr.name, pr.args)] = broken
+            raise broken
         rec["attempt"] = pr.attempts - 1
         if waited:
             rec["waited_for_engines_s"] = round(waited, 2)

@@ -272,7 +272,7 @@ def _installed_plugin(pytester, monkeypatch, probe_name="acme.echo"):
     _install(pytester, monkeypatch, "acme_probes", {"acme_probes": f'''
         from pytest_voiceperf.probes import Measurement, probe
 
-        @probe("{probe_name}", outputs={{"value": "x"}})
+        @probe("{probe_name}", outputs={{"value": "x"}}, exact=("value",))
         def echo(ctx, value: float = 1.0):
             return Measurement({{"value": float(value)}})
     '''}, "[pytest_voiceperf.probes]\nacme = acme_probes\n")
@@ -328,7 +328,8 @@ def _installed_engine(pytester, monkeypatch, name="acme"):
             import os
             from pytest_voiceperf.probes import Measurement, probe
 
-            @probe("acme.measure", engine="{name}", outputs={{"value": "x", "other_process": ""}})
+            @probe("acme.measure", engine="{name}", outputs={{"value": "x", "other_process": ""}},
+                   exact=("value", "other_process"))
             def measure(ctx, value: float = 1.0):
                 r = ctx.call("{name}", {{"model": "tiny"}}, "measure", value=value)
                 return Measurement({{"value": r["value"], "other_process": float(r["pid"] != os.getpid())}})

@@ -13,7 +13,7 @@ import pytest
 ENGINE_PROBE = textwrap.dedent('''
     from pytest_voiceperf.probes import Measurement, probe
 
-    @probe("t.engine", outputs={"value": "", "pid": ""}, engine="selftest")
+    @probe("t.engine", outputs={"value": "", "pid": ""}, engine="selftest", exact=("value", "pid"))
     def eng(ctx, model: str = "a", method: str = "echo", value: float = 1.0, seconds: float = 0.0,
             mib: int = 0, start_sleep: float = 0.0, warmup_s: float = 0.0, work_s: float = 0.0,
             stop_sleep: float = 0.0):
@@ -417,7 +417,7 @@ KILL_VLLM = textwrap.dedent('''
     from pytest_voiceperf.probes import Measurement, probe
     from pytest_voiceperf.probes.llm import _spec
 
-    @probe("t.kill_vllm", outputs={"x": ""}, engine="llm")
+    @probe("t.kill_vllm", outputs={"x": ""}, engine="llm", exact=("x",))
     def kill_vllm(ctx, model: str = "qwen3-tiny"):
         fam, spec, _ = _spec(ctx, model, "vllm", "bfloat16", "none")
         eng = ctx.engine(fam, spec)

@@ -631,7 +631,7 @@ def test_a_one_round_timing_beside_counts_is_not_compared_as_a_count():
 SEARCH_PROBE = '''
 from pytest_voiceperf.probes import Measurement, probe
 
-@probe("t.search", outputs={"streams": "streams", "chunk_ms": "ms"}, exact=("chunk_ms",))
+@probe("t.search", outputs={"streams": "streams", "chunk_ms": "ms"}, exact=("chunk_ms",), one_figure=True)
 def search(ctx, found: int = 256):
     return Measurement({"streams": float(found), "chunk_ms": 80.0})
 
@@ -665,6 +665,35 @@ def test_one_search_per_run_is_one_measurement_not_an_exact_figure(pytester):
     assert got["s.chunk_ms [ms]"].verdict != "untestable"
 
 
+TIMED_NO_SAMPLES = '''
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.lone", outputs={"t": "s", "n": ""}, exact=("n",))
+def lone(ctx):
+    return Measurement({"t": 0.5, "n": 3.0})
+
+def pytest_voiceperf_add_probes(registry):
+    registry.add(lone.voiceperf_probe)
+'''
+
+
+def test_a_timed_probe_without_samples_is_a_broken_measurement_not_one_round_decided(pytester):
+    """pipeline.turn once returned no samples (one reply synthesis per round): the session took it for a
+    search and passed the pipeline claim from one round with no interval. A probe whose outputs are not
+    all declared exact must give samples or declare one_figure; otherwise the case says how to fix it."""
+    pytester.makeconftest(TIMED_NO_SAMPLES)
+    pytester.mkdir("claims")
+    write(pytester, "a.yaml", claim("lone", "l.t", "{max: 1}", "l: {probe: t.lone}"))
+    write(pytester, "b.yaml", claim("count", "l.n", "{min: 1}", "l: {probe: t.lone}"))
+    pytester.runpytest("--voiceperf", "--voiceperf-json", "o.json", "-p", "no:randomly", "-rA")
+    by = results(pytester)
+    assert by["lone"]["outcome"] == "unmeasured", by["lone"]
+    why = by["lone"]["reason"]
+    assert why.startswith("measurement invalid: probe t.lone returned no samples for its timed outputs (t)")
+    assert "one_figure=True" in why and "exact=" in why
+    assert by["count"]["outcome"] == "unmeasured"  # the same call: void for the session, not a verdict
+
+
 def test_search_bracket_from_the_spread_of_the_timed_points():
     """(q25, q75) of each size's steady steps (stats.spread). A size surely fits when its steps' q75 (+ floor)
     is within the limit, surely misses when their q25 (- floor) is over it; the bracket runs from the
@@ -685,7 +714,7 @@ def test_search_bracket_from_the_spread_of_the_timed_points():
 BRACKET_PROBE = '''
 from pytest_voiceperf.probes import Measurement, probe
 
-@probe("t.bsearch", outputs={"streams": "streams"})
+@probe("t.bsearch", outputs={"streams": "streams"}, one_figure=True)
 def bsearch(ctx, found: int = 1, lo: int = 1, hi: int = 1):
     return Measurement({"streams": float(found)}, bracket={"streams": (float(lo), float(hi))},
                        info={"bracket": {"streams": [lo, hi]}})

@@ -79,6 +79,10 @@ class ProbeSpec:
     # ... and (probe, args) of the nested call it makes last: that engine is still live after the case,
     # so the cases of that engine run next (one start fewer)
     ends_with: Callable[[dict], tuple[str, dict]] | None = None
+    # gives one figure per run, not per-run samples (a search such as asr.streams): one round stands for
+    # all. A probe with outputs not declared exact that returns no samples and is not one_figure is a
+    # broken measurement (it would otherwise be decided from one round with no interval)
+    one_figure: bool = False
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -126,7 +130,7 @@ def _where(fn) -> str:
 def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
           engine_key: Callable[[dict], str] | None = None, exact: Iterable[str] = (),
           sorts_with: Callable[[dict], tuple[str, dict]] | None = None,
-          ends_with: Callable[[dict], tuple[str, dict]] | None = None):
+          ends_with: Callable[[dict], tuple[str, dict]] | None = None, one_figure: bool = False):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -140,7 +144,7 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
             raise ValueError(f"probe {name}: exact outputs {sorted(unknown)} are not among its outputs")
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
                                        {k: tuple(v) for k, v in (choices or {}).items()}, engine_key,
-                                       frozenset(exact), sorts_with, ends_with)
+                                       frozenset(exact), sorts_with, ends_with, bool(one_figure))
         return fn
 
     return wrap

@@ -335,7 +335,7 @@ def buffered(ctx, chunk_ms: int = 0, right_context: int | None = None, model: st
 # one search per run (doubling, then bisecting on a timed criterion): its count is a timing's outcome,
 # not a count of a deterministic computation, so only chunk_ms is declared exact
 @probe("asr.streams", engine="nemo", engine_key=_nemo_key, outputs={"streams": "streams", "step_s": "s", "chunk_ms": "ms"},
-       exact=("chunk_ms",))
+       exact=("chunk_ms",), one_figure=True)
 def streams(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = DEFAULT_MODEL,
             dtype: str = "bfloat16", audio: str = "", max_streams: int = 8192):
     """(CUDA) The largest number of concurrent streams whose median step stays within the chunk duration
