@@ -40,6 +40,21 @@ class ClaimFile(pytest.File):
             yield ClaimItem.from_parent(self, name=case.name, claim=claim, case=case)
 
 
+def _nested_instance(registry, call, which: str) -> str:
+    """The engine instance of the nested call (``which``: ``sorts_with`` or ``ends_with``) that an
+    engine-less probe declares for ``call``, "" where it declares none."""
+    spec = registry.get(call.probe)
+    nested = getattr(spec, which, None) if spec is not None and not spec.engine else None
+    if nested is None:
+        return ""
+    try:
+        name, args = nested({**spec.params, **call.args})
+        inner = registry.get(name)
+        return (inner.instance(args) or "") if inner is not None and inner.engine else ""
+    except Exception:  # the probe reports its bad arguments when it runs
+        return ""
+
+
 def _family(probe_name: str) -> str:
     return probe_name.split(".", 1)[0]
 
@@ -92,16 +107,9 @@ class ClaimItem(pytest.Item):
         its cases sort with; ``ends_with``: the one it leaves live), "" where none."""
         state = _state(self.config)
         for call in self.case.calls():
-            spec = state.registry.get(call.probe)
-            nested = getattr(spec, which, None) if spec is not None and not spec.engine else None
-            if nested is not None:
-                try:
-                    name, args = nested({**spec.params, **call.args})
-                    inner = state.registry.get(name)
-                    if inner is not None and inner.engine:
-                        return inner.instance(args) or ""
-                except Exception:  # the probe reports its bad arguments when it runs
-                    pass
+            key = _nested_instance(state.registry, call, which)
+            if key:
+                return key
         return ""
 
     def _engine_key(self) -> str:
@@ -109,10 +117,9 @@ class ClaimItem(pytest.Item):
         state = _state(self.config)
         for call in self.case.calls():
             spec = state.registry.get(call.probe)
-            if spec is not None and not spec.engine and spec.sorts_with is not None:
-                key = self._nested_key("sorts_with")
-                if key:
-                    return key
+            key = _nested_instance(state.registry, call, "sorts_with")
+            if key:
+                return key
             if spec is not None and spec.engine:
                 try:
                     return spec.instance(call.args) or ""

@@ -418,7 +418,7 @@ class VoiceperfSession:
         with self.timing.phase(timing.WATCH):  # a short round's window (and the /proc and NVML reads)
             rec = watch.stop()
         timed = sorted(set(m.values) - spec.exact)
-        if timed and not spec.one_figure and not m.invalid and not any(m.samples.values()):
+        if timed and not spec.one_figure and not m.invalid and not m.has_samples:
             broken = InvalidMeasurement(
                 f"measurement invalid: probe {pr.name} returned no samples for its timed outputs "
                 f"({', '.join(timed)}): rounds decide a timed figure, one round of it decides nothing. Give the "
@@ -1115,7 +1115,7 @@ class Probed:
         requests of one batch end together and report the same tok/s), so they still take rounds."""
         if not self.rounds:
             return False
-        return not any(v for v in self.rounds[0].samples.values())
+        return not self.rounds[0].has_samples
 
     def best(self, out: str) -> float:
         return max(m.values[out] for m in self.rounds)

@@ -47,6 +47,11 @@ class Measurement:
     # points carry a spread); the verdict reads it where rounds cannot give one
     bracket: dict[str, tuple[float, float]] = field(default_factory=dict)
 
+    @property
+    def has_samples(self) -> bool:
+        """Per-run figures for at least one output: a timed measurement, which rounds decide."""
+        return any(self.samples.values())
+
     def spread(self, name: str) -> tuple[float, float] | None:
         s = self.samples.get(name)
         if not s or len(s) < 2:

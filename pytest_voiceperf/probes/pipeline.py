@@ -48,8 +48,7 @@ def _llm_call(a: dict) -> tuple[str, dict]:
 def _tts_call(a: dict) -> tuple[str, dict]:
     """The turn's reply synthesis (less its length and runs), its last stage: that engine is live after
     the case, and the TTS engine's own cases run next."""
-    return "tts.rtf", {"model": a.get("tts_model"), "timesteps": int(a.get("tts_timesteps") or 10),
-                       "dtype": a.get("tts_dtype") or "bfloat16"}
+    return "tts.rtf", {"model": a["tts_model"], "timesteps": int(a["tts_timesteps"]), "dtype": a["tts_dtype"]}
 
 
 @probe("pipeline.turn", sorts_with=_llm_call, ends_with=_tts_call, outputs={
