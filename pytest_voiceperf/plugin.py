@@ -406,7 +406,10 @@ def pytest_sessionfinish(session, exitstatus):
     interrupted = int(exitstatus) == pytest.ExitCode.INTERRUPTED
     if vs is not None:
         if not interrupted:
-            vs.recheck_ceilings()
+            try:
+                vs.recheck_ceilings()
+            except KeyboardInterrupt:  # stopped during the end check: the results file still comes first
+                interrupted = True
         vs.end()
     if hasattr(config, "workerinput"):
         # the xdist controller writes the one results file; it learns this worker's engines here

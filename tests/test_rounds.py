@@ -1084,3 +1084,48 @@ def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_i
     with pytest.raises(Unmeasured, match="disturbed"):  # still disturbed: no new attempt
         s.measure_round("t.flat", {}, ctx, 4)
     assert len(pr.dropped) == 6
+
+
+def test_the_end_check_stops_the_engines_and_confirms_a_lone_off_reading(tmp_path):
+    """The ceilings measured again at the end of a run decide whether the gate may compare the run's
+    figures. They are read after the engines stopped (the session's own ceiling rounds saw no live
+    engine), and one reading more than 5% off is not yet a machine that changed: two more are taken
+    and the median decides (an H100 run: one bf16 matmul reading 12.9% low, its sibling 0.6%, and 15
+    figures of a same-commit pair left out of the gate)."""
+    from pytest_voiceperf.probes import Measurement, Registry, probe
+    from pytest_voiceperf.session import Options, ProbeContext, VoiceperfSession
+
+    readings: list[float] = []
+    events: list[str] = []
+
+    @probe("hw.matmul", outputs={"flops": "FLOP/s"})
+    def matmul(ctx, dtype: str = "bfloat16"):
+        v = readings.pop(0)
+        events.append(f"read {v:g}")
+        return Measurement({"flops": v}, samples={"flops": [v * 0.999, v, v * 1.001]})
+
+    reg = Registry()
+    reg.add(matmul.voiceperf_probe)
+
+    def run(session_rounds, end):
+        s = VoiceperfSession(Options(device="cpu"), reg, tmp_path)
+        s.engines.close_all = lambda interrupted=False: events.append("engines stopped")
+        readings[:] = list(session_rounds) + list(end)
+        ctx = ProbeContext(s, time.monotonic() + 60)
+        for dtype in ("bfloat16", "float16"):
+            for r in range(len(session_rounds) // 2):
+                s.measure_round("hw.matmul", {"dtype": dtype}, ctx, r)
+        events.clear()
+        s.recheck_ceilings()
+        return s.ceilings_end, list(events)
+
+    # bf16 has a lone low reading, fp16 none: the median of bf16's three is the session's figure
+    ends, ev = run([100.0] * 6, [87.0, 100.5, 99.5, 100.2])
+    assert ev[0] == "engines stopped" and len(ev) == 5
+    bf16, fp16 = ends
+    assert bf16["readings"] == [87.0, 100.5, 99.5] and bf16["end"] == 99.5 and not bf16["drifted"]
+    assert fp16["readings"] == [100.2] and not fp16["drifted"]
+    # a machine that did change stays drifted: every reading is low
+    ends, _ = run([100.0] * 6, [87.0, 86.0, 88.0, 100.0])
+    assert ends[0]["end"] == 87.0 and ends[0]["drifted"] and abs(ends[0]["change"] + 0.13) < 1e-9
+    assert not ends[1]["drifted"]
