@@ -31,6 +31,7 @@ def build(session: Any) -> dict:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "cpu_isa": _static(session, "cpu_isa", cpu_isa),
+        "cpu_model": cpu_model(),
         "device": session.device,
         "device_name": session.device_name,
         "profile": session.profile,
@@ -114,6 +115,19 @@ def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
     except OSError:
         pass
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host CPU's model name (Linux /proc/cpuinfo; the platform's processor name elsewhere). A GPU
+    run's launch-bound figures (eager TTS, short prefills, first tokens) hang on it too."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def machine_id(device: str, device_name: str) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -139,15 +138,7 @@ def _device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name()
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return name
+    return provenance.cpu_model()
 
 
 def _instance_of(spec, args: dict) -> str | None:

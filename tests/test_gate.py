@@ -104,6 +104,12 @@ def test_comparison_across_cpus_of_other_vector_extensions_is_refused(vp):
     assert mismatches(dict(gpu, cpu_isa=["avx2"]), dict(gpu, cpu_isa=["avx2", "avx512f"])) == []
     assert mismatches({"device": "cpu", "cpu_isa": ["avx2"]}, {"device": "cpu", "cpu_isa": ["avx2", "avx512f"]}) \
         == ["cpu_isa: avx2 vs avx2 avx512f"]
+    # but on the launch speed of its host CPU (eager VoxCPM2 RTF differed 14% between two H100 leases,
+    # and those files could not say whether their hosts differed):
+    # another host CPU model is another setup; a file without the field is compared as before
+    xeon, epyc = dict(gpu, cpu_model="Intel(R) Xeon(R) Platinum 8480+"), dict(gpu, cpu_model="AMD EPYC 9454")
+    assert mismatches(xeon, epyc) == ["host cpu_model: 'Intel(R) Xeon(R) Platinum 8480+' vs 'AMD EPYC 9454'"]
+    assert mismatches(xeon, dict(xeon)) == [] and mismatches(gpu, epyc) == []
 
 
 def test_cpu_vector_extensions_are_read_from_cpuinfo(tmp_path):
