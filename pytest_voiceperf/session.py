@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import expr, models, provenance, stats, timing
 from .claims import Case
-from .engines import EnginePool, allocator, caches, is_light
+from .engines import EnginePool, allocator, caches, fresh_rounds, is_light
 from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, call_key, spread
 from .verdict import fmt_value, judge
 
@@ -389,6 +389,12 @@ class VoiceperfSession:
         self.round_serial += 1
         serial = self.round_serial
         own_only = spec.engine is None and not self._nested_engine(spec)
+        # an engine process that served an earlier round of this call serves no more of them where its
+        # family asks for it (Family.fresh_rounds: the process's own state would be in every round)
+        for eng in self.engines.live():
+            if eng.proc.pid in pr.engine_pids:
+                self.engines.retire(eng)
+        used_from = len(self.engines.used)
         waited = 0.0
         if own_only and self.engines.started:
             with self.timing.phase(timing.QUIET):
@@ -425,6 +431,10 @@ class VoiceperfSession:
                 self._cache[self._key(pr.name, pr.args)] = broken
             raise broken
         rec["attempt"] = pr.attempts - 1
+        fresh = {pid for fam, pid in self.engines.used[used_from:] if fresh_rounds(fam)}
+        if fresh and spec.engine:  # a probe that nests others leaves their processes to their own rounds
+            rec["engine_pids"] = sorted(fresh)
+            pr.engine_pids |= fresh
         if waited:
             rec["waited_for_engines_s"] = round(waited, 2)
         if rec["disturbed"]:
@@ -1114,6 +1124,7 @@ class Probed:
         self.taken_in: list[tuple | None] = []  # per clean round: (case serial, case round) that took it
         self.attempts = 0
         self.reads: set[str] = set()  # keys of the probe calls its rounds read (ProbeContext.probe)
+        self.engine_pids: set[int] = set()  # engine processes its rounds ran on (Family.fresh_rounds)
         self.aggregated: Measurement | None = None
 
     @property

@@ -543,3 +543,51 @@ def test_a_probe_over_several_engines_starts_each_once(pytester):
     assert [e["spec"]["model"] for e in doc["provenance"]["engines"]] == ["a", "b", "c"]
     r = doc["results"][0]
     assert r["rounds"] == 3 and len(set(r["round_values"])) == 3  # still one figure per round
+
+
+def test_a_fresh_rounds_engine_serves_each_round_of_a_call_from_its_own_process(tmp_path, monkeypatch):
+    """llama.cpp's decode speed hangs on where its process's memory landed (2-core VM: six fresh
+    processes 12.1-13.0 tok/s, 1-2% within each; two same-commit runs 12.3 and 14.1 tok/s). Its family
+    says ``fresh_rounds``, so no engine process serves two rounds of one probe call and the rounds
+    hold that spread. Two calls on one engine interleave without extra starts; another family keeps
+    its one process."""
+    import dataclasses
+
+    from pytest_voiceperf import engines
+    from pytest_voiceperf.probes import Measurement, Registry, probe
+    from pytest_voiceperf.session import Options, ProbeContext, VoiceperfSession
+
+    fams = dict(engines.families())
+    fams["fresh"] = dataclasses.replace(engines.SELFTEST, name="fresh", fresh_rounds=True)
+    monkeypatch.setattr(engines, "_families", fams)
+    assert engines.LLAMACPP.fresh_rounds and not engines.VLLM.fresh_rounds
+
+    def make(family):
+        @probe(f"t.{family}", outputs={"t": "s"}, engine=family)
+        def run(ctx, model: str = "a", value: float = 1.0):
+            r = ctx.call(family, {"model": model}, "echo", value=value)
+            return Measurement({"t": r["value"]}, samples={"t": [r["value"]]},
+                               info={"pid": ctx.engine(family, {"model": model}).proc.pid})
+        return run.voiceperf_probe
+
+    reg = Registry()
+    reg.add(make("fresh"))
+    reg.add(make("selftest"))
+    s = VoiceperfSession(Options(device="cpu"), reg, tmp_path)
+    try:
+        ctx = ProbeContext(s, time.monotonic() + 120)
+        for r in range(3):  # two calls on one engine, their rounds interleaved (as plan() takes them)
+            s.measure_round("t.fresh", {"value": 1.0}, ctx, r)
+            s.measure_round("t.fresh", {"value": 2.0}, ctx, r)
+        a, b = s.probed("t.fresh", {"value": 1.0}), s.probed("t.fresh", {"value": 2.0})
+        pids_a = [m.info["pid"] for m in a.rounds]
+        pids_b = [m.info["pid"] for m in b.rounds]
+        assert len(set(pids_a)) == 3 and len(set(pids_b)) == 3, (pids_a, pids_b)
+        assert pids_a == pids_b  # each new process served both calls' round: 3 starts, not 6
+        assert [rec["engine_pids"] for rec in a.records] == [[p] for p in pids_a]
+        assert sum(e["family"] == "fresh" for e in s.engines.started) == 3
+        for r in range(3):
+            s.measure_round("t.selftest", {}, ctx, r)
+        assert len({m.info["pid"] for m in s.probed("t.selftest", {}).rounds}) == 1
+    finally:
+        s.close()

@@ -55,6 +55,12 @@ class Family:
     # worker without importing the engine again (H200: `from vllm import LLM` took 20 s of a
     # 43-47 s start with warm caches). In-process engines (NeMo, VoxCPM) get a fresh worker.
     reuse_worker: bool = False
+    # each round of a probe call runs on an engine process that served no earlier round of that call:
+    # the engine's speed hangs on where its process's memory landed, which rounds on one process all
+    # share (llama.cpp q4_0 decode, 2-core VM: six fresh processes 12.1-13.0 tok/s, 1-2% within each;
+    # same-commit runs 12.3 and 14.1). The rounds, which decide, then hold that spread. Cheap only
+    # where a start is (llama.cpp: ~1 s from the cached GGUF).
+    fresh_rounds: bool = False
 
 
 @runtime_checkable
@@ -74,7 +80,7 @@ VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip in
 TRANSFORMERS = Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
                       "pip install transformers torch")
 LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
-                  "pip install llama-cpp-python gguf")
+                  "pip install llama-cpp-python gguf", fresh_rounds=True)
 NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'")
 VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
                 "pip install --no-deps voxcpm (see README)")
@@ -315,6 +321,12 @@ class EngineProcess:
             pass
 
 
+def fresh_rounds(family: str) -> bool:
+    """Each round of a probe call on this family gets an engine process of its own (Family.fresh_rounds)."""
+    fam = families().get(family)
+    return bool(fam and fam.fresh_rounds)
+
+
 def is_light(family: str) -> bool:
     """The family holds no device memory or threads while idle (see Family.light); unknown names are heavy."""
     fam = families().get(family)
@@ -339,6 +351,7 @@ class EnginePool:
         self.progress = progress
         self._live: dict[str, EngineProcess] = {}
         self.started: list[dict] = []  # provenance: every engine started
+        self.used: list[tuple[str, int]] = []  # (family, pid) of every engine handed out, in order
 
     @staticmethod
     def key(family: str, spec: dict) -> str:
@@ -350,6 +363,7 @@ class EnginePool:
         eng = self._live.get(k)
         if eng is not None and eng.alive:
             self._live[k] = self._live.pop(k)  # most recent last
+            self.used.append((family, eng.proc.pid))
             return eng
         if eng is not None:
             eng.kill()
@@ -375,7 +389,18 @@ class EnginePool:
                                 env=env, progress=self.progress, timing=self.timing)
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
+        self.used.append((family, eng.proc.pid))
         return eng
+
+    def live(self) -> list[EngineProcess]:
+        return [eng for eng in self._live.values() if eng.alive]
+
+    def retire(self, eng: EngineProcess) -> None:
+        """Stop one engine (the next call for its spec starts a new process)."""
+        for k, v in list(self._live.items()):
+            if v is eng:
+                self._live.pop(k)
+        eng.close()
 
     def drop(self, eng: EngineProcess) -> None:
         eng.kill()
