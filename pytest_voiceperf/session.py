@@ -392,7 +392,7 @@ class VoiceperfSession:
         # an engine process that served an earlier round of this call serves no more of them where its
         # family asks for it (Family.fresh_rounds: the process's own state would be in every round)
         for eng in self.engines.live():
-            if eng.proc.pid in pr.engine_pids:
+            if eng.serial in pr.engine_serials:
                 self.engines.retire(eng)
         used_from = len(self.engines.used)
         waited = 0.0
@@ -431,10 +431,10 @@ class VoiceperfSession:
                 self._cache[self._key(pr.name, pr.args)] = broken
             raise broken
         rec["attempt"] = pr.attempts - 1
-        fresh = {pid for fam, pid in self.engines.used[used_from:] if fresh_rounds(fam)}
+        fresh = {serial for fam, serial in self.engines.used[used_from:] if fresh_rounds(fam)}
         if fresh and spec.engine:  # a probe that nests others leaves their processes to their own rounds
-            rec["engine_pids"] = sorted(fresh)
-            pr.engine_pids |= fresh
+            rec["engine_pids"] = sorted(e.proc.pid for e in self.engines.live() if e.serial in fresh)
+            pr.engine_serials |= fresh
         if waited:
             rec["waited_for_engines_s"] = round(waited, 2)
         if rec["disturbed"]:
@@ -1124,7 +1124,7 @@ class Probed:
         self.taken_in: list[tuple | None] = []  # per clean round: (case serial, case round) that took it
         self.attempts = 0
         self.reads: set[str] = set()  # keys of the probe calls its rounds read (ProbeContext.probe)
-        self.engine_pids: set[int] = set()  # engine processes its rounds ran on (Family.fresh_rounds)
+        self.engine_serials: set[int] = set()  # engine processes its rounds ran on (Family.fresh_rounds)
         self.aggregated: Measurement | None = None
 
     @property

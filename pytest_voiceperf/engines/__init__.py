@@ -167,6 +167,8 @@ def _tail(path: Path, lines: int = 25) -> str:
 class EngineProcess:
     """One engine worker. Not thread-safe; one call at a time."""
 
+    serial = 0  # the pool's number for this process (EnginePool.used), unique in a session
+
     def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
                  env: dict | None = None, progress: Callable[[str], None] | None = None,
                  timing: _timing.Timing | None = None):
@@ -351,7 +353,8 @@ class EnginePool:
         self.progress = progress
         self._live: dict[str, EngineProcess] = {}
         self.started: list[dict] = []  # provenance: every engine started
-        self.used: list[tuple[str, int]] = []  # (family, pid) of every engine handed out, in order
+        self.used: list[tuple[str, int]] = []  # (family, serial) of every engine handed out, in order
+        self._serials = 0
 
     @staticmethod
     def key(family: str, spec: dict) -> str:
@@ -363,7 +366,7 @@ class EnginePool:
         eng = self._live.get(k)
         if eng is not None and eng.alive:
             self._live[k] = self._live.pop(k)  # most recent last
-            self.used.append((family, eng.proc.pid))
+            self.used.append((family, eng.serial))
             return eng
         if eng is not None:
             eng.kill()
@@ -387,9 +390,12 @@ class EnginePool:
         else:
             eng = EngineProcess(family, spec, log_dir=self.log_dir, start_timeout=self.start_timeout,
                                 env=env, progress=self.progress, timing=self.timing)
+        if reuse is None:
+            self._serials += 1
+            eng.serial = self._serials
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
-        self.used.append((family, eng.proc.pid))
+        self.used.append((family, eng.serial))
         return eng
 
     def live(self) -> list[EngineProcess]:
