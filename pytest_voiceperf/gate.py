@@ -229,13 +229,13 @@ def mismatches(old: dict, new: dict) -> list[str]:
     for k in MUST_MATCH:
         if old.get(k) != new.get(k):
             out.append(f"{k}: {old.get(k)!r} vs {new.get(k)!r}")
-    # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
-    # both); a GPU run's figures do not hang on its host's vector units
     # a GPU run's host: eager engines and short calls wait on the CPU that launches their kernels (on
     # the CPU, device_name is that model already; files from before it was recorded have none)
     co, cn = old.get("cpu_model"), new.get("cpu_model")
     if new.get("device") != "cpu" and co and cn and co != cn:
         out.append(f"host cpu_model: {co!r} vs {cn!r}")
+    # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
+    # both); a GPU run's figures do not hang on its host's vector units
     io, inn = old.get("cpu_isa"), new.get("cpu_isa")
     if new.get("device") == "cpu" and io is not None and inn is not None and sorted(io) != sorted(inn):
         out.append(f"cpu_isa: {' '.join(io) or '-'} vs {' '.join(inn) or '-'}")

@@ -394,7 +394,7 @@ class VoiceperfSession:
         for eng in self.engines.live():
             if eng.serial in pr.engine_serials:
                 self.engines.retire(eng)
-        used_from = len(self.engines.used)
+        handouts = self.engines.handouts
         waited = 0.0
         if own_only and self.engines.started:
             with self.timing.phase(timing.QUIET):
@@ -431,10 +431,10 @@ class VoiceperfSession:
                 self._cache[self._key(pr.name, pr.args)] = broken
             raise broken
         rec["attempt"] = pr.attempts - 1
-        fresh = {serial for fam, serial in self.engines.used[used_from:] if fresh_rounds(fam)}
+        fresh = [e for e in self.engines.live() if e.handed_out > handouts and fresh_rounds(e.family)]
         if fresh and spec.engine:  # a probe that nests others leaves their processes to their own rounds
-            rec["engine_pids"] = sorted(e.proc.pid for e in self.engines.live() if e.serial in fresh)
-            pr.engine_serials |= fresh
+            rec["engine_pids"] = sorted(e.proc.pid for e in fresh)
+            pr.engine_serials |= {e.serial for e in fresh}
         if waited:
             rec["waited_for_engines_s"] = round(waited, 2)
         if rec["disturbed"]:
@@ -1038,11 +1038,11 @@ class VoiceperfSession:
             if not isinstance(pr, Probed) or pr.name not in CEILING_OUTPUTS or not pr.rounds or pr.deterministic:
                 continue
             out = CEILING_OUTPUTS[pr.name]
-            entry = {"probe": pr.name, "args": pr.args, "call": self._key(pr.name, pr.args)}
-            med = pr.aggregate().values[out]
             spec = self.registry.get(pr.name)
             if spec is None:
                 continue
+            entry = {"probe": pr.name, "args": pr.args, "call": self._key(pr.name, pr.args)}
+            med = pr.aggregate().values[out]
             readings: list[float] = []
             try:
                 for _ in range(END_READINGS):
@@ -1058,7 +1058,7 @@ class VoiceperfSession:
             end = statistics.median(readings)
             change = end / med - 1 if med else None
             self.ceilings_end.append(dict(entry, output=out, session=med, end=end, readings=readings, change=change,
-                                          drifted=change is not None and abs(change) > END_DRIFT))
+                                          drifted=_beyond(end, med)))
 
     def provenance(self) -> dict:
         return provenance.build(self)

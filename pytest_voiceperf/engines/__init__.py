@@ -167,7 +167,8 @@ def _tail(path: Path, lines: int = 25) -> str:
 class EngineProcess:
     """One engine worker. Not thread-safe; one call at a time."""
 
-    serial = 0  # the pool's number for this process (EnginePool.used), unique in a session
+    serial = 0  # the pool's number for this process, unique in a session
+    handed_out = 0  # EnginePool.handouts when the pool last handed it out
 
     def __init__(self, family: str, spec: dict, *, log_dir: Path, start_timeout: float,
                  env: dict | None = None, progress: Callable[[str], None] | None = None,
@@ -353,7 +354,7 @@ class EnginePool:
         self.progress = progress
         self._live: dict[str, EngineProcess] = {}
         self.started: list[dict] = []  # provenance: every engine started
-        self.used: list[tuple[str, int]] = []  # (family, serial) of every engine handed out, in order
+        self.handouts = 0  # engines handed out so far (get()); each engine keeps the number of its latest
         self._serials = 0
 
     @staticmethod
@@ -366,7 +367,7 @@ class EnginePool:
         eng = self._live.get(k)
         if eng is not None and eng.alive:
             self._live[k] = self._live.pop(k)  # most recent last
-            self.used.append((family, eng.serial))
+            self._hand_out(eng)
             return eng
         if eng is not None:
             eng.kill()
@@ -395,21 +396,26 @@ class EnginePool:
             eng.serial = self._serials
         self._live[k] = eng
         self.started.append({"family": family, "spec": spec, "info": eng.info})
-        self.used.append((family, eng.serial))
+        self._hand_out(eng)
         return eng
+
+    def _hand_out(self, eng: EngineProcess) -> None:
+        self.handouts += 1
+        eng.handed_out = self.handouts
 
     def live(self) -> list[EngineProcess]:
         return [eng for eng in self._live.values() if eng.alive]
 
     def retire(self, eng: EngineProcess) -> None:
         """Stop one engine (the next call for its spec starts a new process)."""
-        for k, v in list(self._live.items()):
-            if v is eng:
-                self._live.pop(k)
+        self._forget(eng)
         eng.close()
 
     def drop(self, eng: EngineProcess) -> None:
         eng.kill()
+        self._forget(eng)
+
+    def _forget(self, eng: EngineProcess) -> None:
         for k, v in list(self._live.items()):
             if v is eng:
                 self._live.pop(k)
