@@ -324,16 +324,20 @@ class EngineProcess:
             pass
 
 
+def _says(family: str, flag: str) -> bool:
+    """A Family flag of the named family; an unknown name says none."""
+    fam = families().get(family)
+    return bool(fam and getattr(fam, flag))
+
+
 def fresh_rounds(family: str) -> bool:
     """Each round of a probe call on this family gets an engine process of its own (Family.fresh_rounds)."""
-    fam = families().get(family)
-    return bool(fam and fam.fresh_rounds)
+    return _says(family, "fresh_rounds")
 
 
 def is_light(family: str) -> bool:
     """The family holds no device memory or threads while idle (see Family.light); unknown names are heavy."""
-    fam = families().get(family)
-    return bool(fam and fam.light)
+    return _says(family, "light")
 
 
 class EnginePool:
