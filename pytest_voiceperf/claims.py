@@ -234,6 +234,9 @@ class Case:
     claim: Claim
     params: dict[str, Any]
     ident: str  # e.g. "qwen3-0.6b-bf16"
+    # a user's model added to the claim (--voiceperf-llm): the claim's own first model stands in for it
+    # where the claim's conditions (profiles) name models
+    stand_in: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -261,13 +264,24 @@ class Claim:
     def line(self, *keys) -> int:
         return self.lines.line_of(tuple(keys)) or 1
 
-    def cases(self) -> list[Case]:
-        names = list(self.model.params)
+    def takes_llms(self) -> bool:
+        """A claim whose ``model`` param feeds an LLM probe: the user's own LLMs can join its list."""
+        return "model" in self.model.params and any(
+            c.probe.startswith("llm.") and c.args.get("model") == "{model}" for c in self.calls)
+
+    def cases(self, llms: tuple[str, ...] = ()) -> list[Case]:
+        """Its cases; ``llms``: the user's own LLMs, added to the model list of a claim that takes them."""
+        params = dict(self.model.params)
+        own = [m for m in llms if m not in params.get("model", [])] if self.takes_llms() else []
+        if own:
+            params["model"] = [*params["model"], *own]
+        names = list(params)
         out = []
-        for combo in itertools.product(*(self.model.params[n] for n in names)):
-            params = dict(zip(names, combo))
+        for combo in itertools.product(*(params[n] for n in names)):
+            values = dict(zip(names, combo))
             ident = "-".join(_ident(v) for v in combo)
-            out.append(Case(self, params, ident))
+            stand = {"model": self.model.params["model"][0]} if values.get("model") in own else {}
+            out.append(Case(self, values, ident, stand))
         return out or [Case(self, {}, "")]
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from .stats import DEFAULT_TOLERANCE
 
+COMPARE_DEFAULTS = {"tolerance": DEFAULT_TOLERANCE, "alpha": 0.05, "mode": "changes", "min_guarded": 0.8}
+
 
 def _claim_files(paths: list[str]) -> list[Path]:
     out = []
@@ -118,30 +120,87 @@ def cmd_validate(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    """The gate outside pytest. Exit 0: passed; 1 (with --fail): a figure regressed, a verdict changed
+    for the worse, or too little was guarded; 2: a file cannot be read or the machines differ."""
     from . import gate
     from .results import read
 
+    if len(args.files) > 2:
+        print("voiceperf compare takes [OLD] NEW", file=sys.stderr)
+        return 2
     try:
-        old, new = read(args.old), read(args.new)
-    except ValueError as exc:
+        new = read(args.files[-1])
+        ran = new.provenance.get("gate") or {}
+        if len(args.files) == 1:  # the baseline this run was gated against, with the run's settings
+            if not ran.get("baseline") and args.format == "markdown" and ran.get("notice"):
+                print(f"## voiceperf gate: no baseline\n\n{ran['notice']}")
+                return 0
+            if not ran.get("baseline"):
+                print(f"{args.files[0]}: this run had no baseline ({ran.get('notice') or 'no --voiceperf-baseline'}); "
+                      "name one: voiceperf compare OLD NEW", file=sys.stderr)
+                return 2
+            for k in ("tolerance", "alpha", "mode", "min_guarded"):
+                if ran.get(k) is not None and getattr(args, k) == COMPARE_DEFAULTS[k]:
+                    setattr(args, k, ran[k])
+        old_path = args.files[0] if len(args.files) == 2 else ran["baseline"]
+        old = read(old_path)
+    except (ValueError, FileNotFoundError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    bad = gate.mismatches(old.provenance, new.provenance)
-    if bad and not args.allow_mismatch:
-        print("refusing to compare runs of different setups: " + "; ".join(bad) +
-              " (use --allow-mismatch to compare anyway)", file=sys.stderr)
+    waived = set(gate.MACHINE_CHECKS) if args.allow_mismatch == "all" else \
+        {a.strip() for a in (args.allow_mismatch or "").split(",") if a.strip()}
+    bad = {k: v for k, v in gate.machine_mismatches(old.provenance, new.provenance).items() if k not in waived}
+    if bad:
+        print("refusing to compare runs of different machines: " + "; ".join(bad.values()) +
+              f" (use --allow-mismatch {','.join(bad)} to compare anyway)", file=sys.stderr)
         return 2
-    g = gate.Gate(args.old, old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures,
-                  new_provenance=new.provenance)
+    g = gate.Gate(str(old_path), old, tolerance=args.tolerance, alpha=args.alpha, all_figures=args.all_figures,
+                  new_provenance=new.provenance, mode=args.mode, min_guarded=args.min_guarded)
+    g.plan([r.nodeid for r in new.results])
+    # the run's own record of its looks (rounds taken while the gate waited) sets the correction
+    g.looks = int(ran.get("looks") or 1)
+    changed = gate.changes(old.provenance, new.provenance)
+    lines = []
     for r in new.results:
+        if r.outcome in gate.FAILED and not g.known_failure(r.nodeid) and not r.reason.startswith("regressed"):
+            change = g.verdict_change(r.nodeid, r.outcome)
+            if change:
+                lines.append(f"{'VERDICT':<12} {r.nodeid}  {change}: {r.reason[:200]}")
+        elif r.outcome in ("failed", "error") and args.mode == "absolute":
+            g.changed_verdicts.append((r.nodeid, f"{r.outcome} (absolute mode: failed in the baseline too)"))
+            lines.append(f"{'FAILED':<12} {r.nodeid}  {r.reason[:200]}")
+        elif r.outcome in gate.FAILED:
+            g.known.append(r.nodeid)
         if r.value is None and not r.probes and not r.is_disturbed:
             continue
         for c in g.check(r):
             if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed") \
                     or args.verbose:
-                print(f"{c.verdict.upper():<12} {r.nodeid}  {c.text()}")
-    print(g.summary_line())
-    return 1 if (g.counts().get("regressed") and args.fail) else 0
+                lines.append(f"{c.verdict.upper():<12} {r.nodeid}  {c.text()}")
+    if args.format == "markdown":
+        print(g.markdown(changed))
+    else:
+        for line in g.header(changed) + lines:
+            print(line)
+        print(g.summary_line())
+        print(g.guarded_line())
+    return 1 if (g.failed() and args.fail) else 0
+
+
+def cmd_save(args) -> int:
+    from .results import read
+    from .storage import save_run
+
+    try:
+        doc = read(args.results)
+    except (ValueError, OSError) as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    if not doc.provenance.get("complete", False):
+        print(f"{args.results}: an incomplete run is not a baseline (finish it with --voiceperf-resume)", file=sys.stderr)
+        return 2
+    print(f"voiceperf: saved baseline {save_run(doc.dump(), Path(args.root), args.name)}")
+    return 0
 
 
 def cmd_merge(args) -> int:
@@ -189,17 +248,31 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("validate", help="schema and expression check with file:line errors")
     s.add_argument("paths", nargs="+")
     s.set_defaults(fn=cmd_validate)
-    s = sub.add_parser("compare", help="compare two results files as the baseline gate does")
-    s.add_argument("old")
-    s.add_argument("new")
-    s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed")
-    s.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
-    s.add_argument("--alpha", type=float, default=0.05)
-    s.add_argument("--allow-mismatch", action="store_true")
+    s = sub.add_parser("compare", help="compare two results files as the baseline gate does (NEW alone: against "
+                                       "the baseline that run was gated against, with its settings)")
+    s.add_argument("files", nargs="+", metavar="[OLD] NEW")
+    s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed, a verdict changed for the "
+                                                       "worse, or less than --min-guarded of the figures was decided")
+    s.add_argument("--tolerance", type=float, default=COMPARE_DEFAULTS["tolerance"])
+    s.add_argument("--alpha", type=float, default=COMPARE_DEFAULTS["alpha"])
+    s.add_argument("--allow-mismatch", nargs="?", const="all", default=None, metavar="CHECK[,CHECK]",
+                   help="compare runs of different machines: the checks to waive (gpu, cpu_model, cpu_isa; all "
+                        "when none is named)")
+    s.add_argument("--mode", choices=("changes", "absolute"), default=COMPARE_DEFAULTS["mode"],
+                   help="changes: a claim that failed in OLD too is a known failure, not a verdict change")
+    s.add_argument("--min-guarded", type=float, default=COMPARE_DEFAULTS["min_guarded"],
+                   help="the share of OLD's figures that must be decided (default 0.8)")
+    s.add_argument("--format", choices=("text", "markdown"), default="text",
+                   help="markdown: for a CI job summary or a pull-request comment")
     s.add_argument("--all-figures", action="store_true",
                    help="compare every probe output with a direction, not only the metric and primary figures")
     s.add_argument("-v", "--verbose", action="store_true")
     s.set_defaults(fn=cmd_compare)
+    s = sub.add_parser("save", help="save a complete results file as a baseline (.voiceperf/<machine-id>/NNNN_NAME.json)")
+    s.add_argument("results")
+    s.add_argument("--name", default="run")
+    s.add_argument("--root", default=".", help="the project folder (pytest's rootdir; default: here)")
+    s.set_defaults(fn=cmd_save)
     s = sub.add_parser("merge", help="one results file from several runs of one setup (split suites)")
     s.add_argument("results", nargs="+")
     s.add_argument("-o", "--output", required=True)

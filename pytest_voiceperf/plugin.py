@@ -11,7 +11,20 @@ from pathlib import Path
 import pytest
 
 from .probes import EngineError, Unmeasured
-from .state import FAMILY_MARKS, STASH_GATE, STASH_SESSION, STASH_STATE, State, get_session, kept, resumed, write_results
+from .state import (
+    FAMILY_MARKS,
+    STASH_GATE,
+    STASH_NO_BASELINE,
+    STASH_SESSION,
+    STASH_STATE,
+    State,
+    gate_changes,
+    get_session,
+    kept,
+    resumed,
+    user_llms,
+    write_results,
+)
 from .stats import DEFAULT_TOLERANCE
 
 
@@ -49,9 +62,24 @@ def pytest_addoption(parser):
     g.addoption("--voiceperf-save", nargs="?", const="run", default=None, metavar="NAME",
                 help="save this run's results as a baseline under .voiceperf/<machine-id>/")
     g.addoption("--voiceperf-baseline", metavar="PATH|NAME",
-                help="fail figures that regressed significantly against this saved run")
-    g.addoption("--voiceperf-allow-mismatch", action="store_true",
-                help="compare with a baseline from other hardware, engine versions or weights")
+                help="gate this run against a saved run: fail figures that regressed significantly and "
+                     "claims that passed there and fail now")
+    g.addoption("--voiceperf-allow-mismatch", nargs="?", const="all", default=None, metavar="CHECK[,CHECK]",
+                help="compare with a baseline from another machine: the checks to waive (gpu, cpu_model, "
+                     "cpu_isa; all when none is named). Software changes are compared, never refused")
+    g.addoption("--voiceperf-gate", choices=("changes", "absolute"), default=None,
+                help="with a baseline: 'changes' (default, ini voiceperf_gate) fails regressions and claims "
+                     "that passed in the baseline and fail now, and reports a claim that failed there too as "
+                     "xfailed (known failure); 'absolute' fails every failed claim as without a baseline")
+    g.addoption("--voiceperf-min-guarded", type=float, default=None, metavar="SHARE",
+                help="the share of the baseline's figures this run must decide, else the gate fails "
+                     "(default: ini voiceperf_min_guarded)")
+    g.addoption("--voiceperf-engine-arg", action="append", default=[], metavar="FAMILY:KEY=VALUE",
+                help="an engine option for every engine of a family (e.g. vllm:enforce_eager=true, "
+                     "vllm:max_num_seqs=256, vllm:kv_cache_dtype=fp8); recorded in provenance")
+    g.addoption("--voiceperf-llm", action="append", default=[], metavar="NAME=PATH",
+                help="run the LLM claims on your own model too: NAME joins every LLM claim's model list "
+                     "(PATH: a folder with config.json, and weights for real ones)")
     g.addoption("--voiceperf-gpus", metavar="all|N", help="one pytest-xdist worker per GPU")
     g.addoption("--voiceperf-resume", metavar="PATH",
                 help="finish an interrupted run: skip the cases that PATH (a results file or its .partial) "
@@ -65,6 +93,19 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates (above the machine's "
                   "run-to-run noise: voiceperf repro measures it)", default=str(DEFAULT_TOLERANCE))
     parser.addini("voiceperf_alpha", "significance level of the baseline gate", default="0.05")
+    parser.addini("voiceperf_gate", "with a baseline: changes (known failures do not fail the run) or absolute",
+                  default="changes")
+    parser.addini("voiceperf_min_guarded", "share of the baseline's figures a gated run must decide "
+                  "(regressed, improved or unchanged), else it fails", default="0.8")
+    parser.addini("voiceperf_baseline_missing", "a --voiceperf-baseline that does not exist yet: 'pass' (a notice; "
+                  "failed claims are reported as xfailed: nothing to gate against) or 'fail' (usage error)",
+                  default="pass")
+    parser.addini("voiceperf_gate_max_rounds", "with a baseline: rounds a case may take until the gate decides "
+                  "its figures", default="10")
+    parser.addini("voiceperf_engine_args", "engine options, one per line: FAMILY:KEY=VALUE", type="linelist",
+                  default=[])
+    parser.addini("voiceperf_llms", "your own LLMs, one per line: NAME=PATH (joins every LLM claim's models)",
+                  type="linelist", default=[])
     g.addoption("--voiceperf-rounds", metavar="MIN[:MAX]",
                 help="independent rounds per case: MIN before deciding, up to MAX while the interval straddles "
                      "the bound (default: ini voiceperf_min_rounds / voiceperf_max_rounds)")
@@ -195,8 +236,12 @@ def pytest_sessionstart(session):
         round_seconds=ini_float("voiceperf_round_seconds"),
         noise_floor=ini_float("voiceperf_noise_floor"),
         disturbed_cpu=_disturbed_cpu(config),
+        gate_max_rounds=int(ini_float("voiceperf_gate_max_rounds")),
+        engine_args=engine_args(list(config.getini("voiceperf_engine_args")) +
+                                list(config.getoption("voiceperf_engine_arg"))),
         **_rounds(config),
     )
+    opts.model_overrides = {**user_llms(config), **opts.model_overrides}
     worker = getattr(config, "workerinput", {}).get("workerid")
     threads = config.getoption("voiceperf_threads")
     if threads:
@@ -210,7 +255,10 @@ def pytest_sessionstart(session):
     config.stash[STASH_SESSION] = vs
     baseline = config.getoption("voiceperf_baseline")
     if baseline:
-        config.stash[STASH_GATE] = _load_gate(config, vs, baseline)
+        g = _load_gate(config, vs, baseline)
+        if g is not None:
+            config.stash[STASH_GATE] = g
+            vs.gate = g
 
 
 def _disturbed_cpu(config) -> float:
@@ -243,23 +291,83 @@ def _rounds(config) -> dict:
     return {"min_rounds": lo, "max_rounds": hi}
 
 
+ENGINE_ARG_FAMILIES = ("vllm",)  # the engines that take the user's options (vLLM's LLM(...) arguments)
+PLUGIN_DECIDES = ("model", "load_format", "skip_tokenizer_init", "tokenizer")
+
+
+def engine_args(items: list[str]) -> dict[str, dict]:
+    """FAMILY:KEY=VALUE items -> {family: {key: value}}; values are read as JSON where they parse
+    (true, 256, 0.9, {"level": 0}), else kept as text (fp8)."""
+    import json
+
+    out: dict[str, dict] = {}
+    for item in items:
+        fam, sep, kv = item.partition(":")
+        key, eq, val = kv.partition("=")
+        if not sep or not eq or not fam.strip() or not key.strip():
+            raise pytest.UsageError(f"voiceperf engine option {item!r}: expected FAMILY:KEY=VALUE "
+                                    "(e.g. vllm:enforce_eager=true)")
+        if fam.strip() not in ENGINE_ARG_FAMILIES:
+            raise pytest.UsageError(f"voiceperf engine option {item!r}: options are taken for the "
+                                    f"{', '.join(ENGINE_ARG_FAMILIES)} engine(s), not {fam.strip()!r}")
+        if key.strip() in PLUGIN_DECIDES:
+            raise pytest.UsageError(f"voiceperf engine option {item!r}: {key.strip()} is the plugin's to set "
+                                    "(the model and its weights come from --voiceperf-model / --voiceperf-llm)")
+        try:
+            v = json.loads(val.strip())
+        except ValueError:
+            v = val.strip()
+        out.setdefault(fam.strip(), {})[key.strip()] = v
+    return out
+
+
+def _gate_option(config, opt: str, ini: str, convert=str):
+    v = config.getoption(opt)
+    if v is None:
+        v = config.getini(ini)
+    try:
+        return convert(v)
+    except ValueError:
+        raise pytest.UsageError(f"ini option {ini} has a bad value {v!r}") from None
+
+
 def _load_gate(config, vs, spec):
     from . import gate, storage
 
+    mode = _gate_option(config, "voiceperf_gate", "voiceperf_gate")
+    if mode not in ("changes", "absolute"):
+        raise pytest.UsageError(f"ini option voiceperf_gate must be 'changes' or 'absolute', not {mode!r}")
     try:
         path, doc = storage.load(spec, config.rootpath, vs.provenance()["machine_id"])
-    except (FileNotFoundError, ValueError) as exc:
+    except FileNotFoundError as exc:
+        if config.getini("voiceperf_baseline_missing") == "fail":
+            raise pytest.UsageError(f"voiceperf baseline: {exc}") from None
+        config.stash[STASH_NO_BASELINE] = (
+            f"no baseline {spec!r} yet ({exc}): nothing was gated; this run passes softly"
+            + (", and a claim that fails is reported as xfailed" if mode == "changes" else "")
+            + f". Save one with --voiceperf-save {spec if os.sep not in spec else 'NAME'} "
+            "(ini voiceperf_baseline_missing = fail makes this an error)")
+        return None
+    except ValueError as exc:
         raise pytest.UsageError(f"voiceperf baseline: {exc}") from None
-    cur = vs.provenance()
-    cur["models"] = {n: {"dummy": n not in vs.options.model_overrides} for n in doc.provenance.get("models", {})}
-    bad = gate.mismatches(doc.provenance, cur)
-    if bad and not config.getoption("voiceperf_allow_mismatch"):
+    allow = config.getoption("voiceperf_allow_mismatch")
+    waived = set(gate.MACHINE_CHECKS) if allow == "all" else {a.strip() for a in (allow or "").split(",") if a.strip()}
+    unknown = waived - set(gate.MACHINE_CHECKS)
+    if unknown:
+        raise pytest.UsageError(f"--voiceperf-allow-mismatch: unknown check(s) {', '.join(sorted(unknown))}; "
+                                f"the checks are {', '.join(gate.MACHINE_CHECKS)}")
+    bad = {k: v for k, v in gate.machine_mismatches(doc.provenance, vs.provenance()).items() if k not in waived}
+    if bad:
         raise pytest.UsageError(
-            f"voiceperf baseline {path} was measured on a different setup, comparing would mislead: "
-            + "; ".join(bad) + ". Pass --voiceperf-allow-mismatch to compare anyway.")
-    return gate.Gate(str(path), doc, tolerance=float(config.getini("voiceperf_tolerance")),
-                     alpha=float(config.getini("voiceperf_alpha")),
-                     all_figures=bool(config.getoption("voiceperf_all_figures")))
+            f"voiceperf baseline {path} was measured on a different machine, comparing would mislead: "
+            + "; ".join(bad.values()) + f". Pass --voiceperf-allow-mismatch {','.join(bad)} to compare anyway.")
+    g = gate.Gate(str(path), doc, tolerance=float(config.getini("voiceperf_tolerance")),
+                  alpha=float(config.getini("voiceperf_alpha")),
+                  all_figures=bool(config.getoption("voiceperf_all_figures")), mode=mode,
+                  min_guarded=_gate_option(config, "voiceperf_min_guarded", "voiceperf_min_guarded", float))
+    # each figure may be looked at once per round from the first decision to the gate's last round
+    g.looks = max(1, max(vs.options.max_rounds, vs.options.gate_max_rounds) - vs.options.min_rounds + 1)
+    return g
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
@@ -299,6 +407,9 @@ def pytest_collection_finish(session):
         from .collect import ClaimItem
 
         vs.plan([it.case for it in session.items if isinstance(it, ClaimItem) and not it.problem])
+    g = session.config.stash.get(STASH_GATE, None)
+    if g is not None:  # the multiplicity correction counts what this run compares
+        g.plan([it.nodeid for it in session.items])
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -350,6 +461,13 @@ def apply_verdict(item, call, rep) -> None:
                 rep.longrepr = msg
             else:
                 rep.longrepr = f"{rep.longrepr}\n{msg}"
+    elif (STASH_NO_BASELINE in item.config.stash and result.outcome in ("failed", "error")
+          and _gate_option(item.config, "voiceperf_gate", "voiceperf_gate") == "changes"):
+        result.reason = f"no baseline yet, nothing to gate against: {result.reason}"
+        result.outcome = "xfailed"
+    if result.outcome == "xfailed" and rep.outcome == "failed":  # a known failure (see Gate.apply)
+        rep.outcome = "skipped"
+        rep.wasxfail = result.reason
     rep.voiceperf_outcome = result.outcome
     rep.voiceperf = result.to_json()
     rep.user_properties.append(("voiceperf_outcome", result.outcome))
@@ -390,7 +508,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None:
-        gate.summary(terminalreporter)
+        gate.summary(terminalreporter, gate_changes(config))
+    if STASH_NO_BASELINE in config.stash:
+        terminalreporter.write_sep("-", "voiceperf baseline", yellow=True)
+        terminalreporter.write_line(config.stash[STASH_NO_BASELINE], yellow=True, bold=True)
     if resumed(config):
         terminalreporter.write_line(f"voiceperf: {len(kept(config, state))} case(s) kept from "
                                     f"{config.getoption('voiceperf_resume')} (not run again; in the results file)")
@@ -421,6 +542,9 @@ def pytest_sessionfinish(session, exitstatus):
                     dict(e, worker=config.workerinput.get("workerid"), gpu=gpu) for e in vs.engines.started]
                 config.workeroutput["voiceperf_timing"] = vs.timing.to_json()
         return
+    gate = config.stash.get(STASH_GATE, None)
+    if gate is not None and not interrupted and not gate.guarded()["enough"] and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # too little was guarded: the gate did not hold
     # the results file first, then the engines: a busy engine must not delay (or, killed with the
     # run, lose) what was measured
     doc = write_results(config, complete=not interrupted)

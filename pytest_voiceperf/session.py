@@ -1,6 +1,7 @@
 """The voiceperf session: probes measured once and shared, ceilings, engines, results."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import os
@@ -117,6 +118,8 @@ class Options:
     round_seconds: float = 60.0
     noise_floor: float = 0.01  # the interval is never narrower than ±1% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
+    gate_max_rounds: int = 10  # with a baseline: rounds a case may take until the gate decides its figures
+    engine_args: dict[str, dict] = field(default_factory=dict)  # engine family -> options (ini, command line)
 
 
 def _resolve_device(requested: str) -> str:
@@ -214,6 +217,10 @@ class ProbeContext:
             self.session.engines.drop(eng)
             raise
 
+    def engine_args(self, family: str) -> dict:
+        """The user's options for the engines of ``family`` (ini voiceperf_engine_args, --voiceperf-engine-arg)."""
+        return dict(self.session.options.engine_args.get(family) or {})
+
     def model(self, name: str) -> dict:
         """{name, family, config, weights: PATH|None, dummy: bool}; unknown names are unmeasured.
 
@@ -244,7 +251,10 @@ class ProbeContext:
                              "and, for real weights, the weights)")
         family = spec.family if spec else (models.family_of(config) if config else None)
         self.session.models_used[name] = {"weights": weights, "dummy": weights is None,
-                                          "model_type": (config or {}).get("model_type")}
+                                          "model_type": (config or {}).get("model_type"),
+                                          # the architecture's scalar settings: the gate lists what changed
+                                          "config": {k: v for k, v in (config or {}).items()
+                                                     if isinstance(v, (int, float, str, bool))}}
         return {"name": name, "family": family, "config": config, "weights": weights, "dummy": weights is None}
 
     def data(self, name: str) -> str:
@@ -282,6 +292,7 @@ class VoiceperfSession:
         self._cache: dict[str, Probed | Unmeasured] = {}  # probe call -> its rounds, or why it cannot run
         self.results: list[CaseResult] = []
         self.models_used: dict[str, dict] = {}
+        self.gate = None  # the baseline gate (gate.Gate), when the run has one: rounds go on until it decides
         self.round_serial = 0  # rounds taken so far (what remembered engine results are tagged with)
         self._case_serial = 0
         self._case_round: tuple | None = None  # (case serial, round) whose rounds are being taken
@@ -577,37 +588,37 @@ class VoiceperfSession:
                                 raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
                                                   "was hit")
                 ev = self._evaluate(claim, calls, names, n, exact, at)
-                if ev["decision"] != "inconclusive" or ev["deterministic"]:
+                undecided = ev["decision"] == "inconclusive" and not ev["deterministic"]
+                # with a baseline, rounds also go on until each figure the gate compares is decided
+                waiting = [] if ev["deterministic"] else self._gate_pending(case, calls, result, at, n, ev)
+                if not undecided and not waiting:
                     break
                 spent = time.monotonic() - started
-                if n >= n_max or spent > budget or time.monotonic() + spent / n > deadline:
+                cap = n_max if not waiting else max(n_max, self.options.gate_max_rounds)
+                if n >= cap or spent > budget or time.monotonic() + spent / n > deadline:
                     break
-                hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, self._floor(claim))
-                if hopeless is not None:
-                    futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
-                                f"would still give {_fmt_ci(hopeless, claim.unit)}")
-                    break
-                self.progress(f"{case.claim.id}: " + ("one round decides nothing" if ev["one_round"]
-                                                      else f"interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
-                                                           f"{claim.expect.describe()} after {n} rounds")
-                              + "; one more round")
+                if undecided and not waiting:
+                    hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, self._floor(claim))
+                    if hopeless is not None:
+                        futility = (f"; more rounds would not decide it: {n_max} rounds with this mean and spread "
+                                    f"would still give {_fmt_ci(hopeless, claim.unit)}")
+                        break
+                if undecided and n < n_max:
+                    self.progress(f"{case.claim.id}: " + ("one round decides nothing" if ev["one_round"]
+                                                          else f"interval {_fmt_ci(ev['ci'], claim.unit)} straddles "
+                                                               f"{claim.expect.describe()} after {n} rounds")
+                                  + "; one more round")
+                else:
+                    self.progress(f"{case.claim.id}: against the baseline {', '.join(waiting)} undecided after "
+                                  f"{n} rounds; one more round")
                 n += 1
         finally:
             self._case_round = None
             self._record_probes(calls, result, at, n)
-        result.value = ev["value"]
-        result.round_values = ev["round_values"]
-        result.samples = ev["round_values"]
-        result.rep_samples = ev["rep_samples"]
-        result.rounds = ev["rounds"]
-        result.ci = ev["ci"]
-        result.ci_method = ev["ci_method"]
-        result.modes = ev["modes"]
-        result.unstable = ev["unstable"]
-        result.decision = ev["decision"]
+        _fill(result, ev)
         if len(result.rep_samples) >= 2:
             result.spread = spread(result.rep_samples)
-        result.margin = judge(result.value, claim.expect).margin
+        result.margin = judge(ev["value"], claim.expect).margin
         ci_txt = _fmt_ci(result.ci, claim.unit)
         mode_txt = ""
         if result.modes:
@@ -632,6 +643,17 @@ class VoiceperfSession:
         if ev["decision"] == "failed":
             raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
                                 f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")
+
+    def _gate_pending(self, case, calls, result: CaseResult, at, n: int, ev: dict) -> list[str]:
+        """The figures the baseline gate still cannot decide for this case after n rounds (a look at a
+        copy of the result: nothing is recorded)."""
+        if self.gate is None or self.gate.by_nodeid.get(result.nodeid) is None:
+            return []
+        look = dataclasses.replace(result, probes={}, disturbed=[])
+        self._record_probes(calls, look, at, n)
+        _fill(look, ev)
+        look.outcome = "passed"
+        return self.gate.pending(look.to_json())
 
     def _rounds_used(self, claim, calls, name: str) -> dict[str, list[int] | None]:
         """Which rounds of each probe the case's rounds use: None, round r of the probe (it pairs with
@@ -1088,6 +1110,20 @@ class VoiceperfSession:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _fill(result: CaseResult, ev: dict) -> None:
+    """The case's figure, its rounds and interval from an evaluation (VoiceperfSession._evaluate)."""
+    result.value = ev["value"]
+    result.round_values = ev["round_values"]
+    result.samples = ev["round_values"]
+    result.rep_samples = ev["rep_samples"]
+    result.rounds = ev["rounds"]
+    result.ci = ev["ci"]
+    result.ci_method = ev["ci_method"]
+    result.modes = ev["modes"]
+    result.unstable = ev["unstable"]
+    result.decision = ev["decision"]
 
 
 def _metric(metric: str, names: dict, outputs: dict) -> float:

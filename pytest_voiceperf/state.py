@@ -57,6 +57,30 @@ class State:
 STASH_SESSION = pytest.StashKey["VoiceperfSession"]()
 STASH_STATE = pytest.StashKey[State]()
 STASH_GATE = pytest.StashKey["Gate"]()
+STASH_NO_BASELINE = pytest.StashKey[str]()  # the notice when --voiceperf-baseline names no saved run yet
+
+
+def gate_changes(config: pytest.Config) -> list[str]:
+    """What software changed between the baseline and this run (old -> new), for the gate's header."""
+    g = config.stash.get(STASH_GATE, None)
+    vs = get_session(config)
+    if g is None or vs is None:
+        return []
+    from .gate import changes
+
+    return changes(g.provenance, vs.provenance())
+
+
+def user_llms(config: pytest.Config) -> dict[str, str]:
+    """--voiceperf-llm and ini voiceperf_llms: name -> path. Each joins the model list of every claim
+    whose model feeds an LLM probe, and names its folder as --voiceperf-model does."""
+    out = {}
+    for item in list(config.getini("voiceperf_llms")) + list(config.getoption("voiceperf_llm", None) or []):
+        name, eq, path = item.partition("=")
+        if not eq or not name.strip() or not path.strip():
+            raise pytest.UsageError(f"--voiceperf-llm expects NAME=PATH, got {item!r}")
+        out[name.strip()] = path.strip()
+    return out
 
 
 def get_session(config: pytest.Config) -> VoiceperfSession | None:
@@ -101,6 +125,11 @@ def write_results(config, complete: bool) -> dict | None:
     doc = results.document(vs, kept(config, state) + list(state.results.values()), config)
     if resumed(config):
         doc["provenance"]["resumed_from"] = config.getoption("voiceperf_resume")
+    g = config.stash.get(STASH_GATE, None)
+    if g is not None:
+        doc["provenance"]["gate"] = g.to_json(gate_changes(config))
+    elif STASH_NO_BASELINE in config.stash:
+        doc["provenance"]["gate"] = {"baseline": None, "notice": config.stash[STASH_NO_BASELINE]}
     path = config.getoption("voiceperf_json")
     if path:
         results.write(path, doc)

@@ -71,17 +71,21 @@ def _edit_saved(p, fn):
     f.write_text(json.dumps(doc))
 
 
-def test_comparison_across_hardware_or_weights_is_refused(vp):
+def test_comparison_across_hardware_is_refused_by_check(vp):
     set_claims(vp, 1.0)
     vp.runpytest("--voiceperf", "--voiceperf-save", "base")
     _edit_saved(vp, lambda prov: prov.update(device_name="NVIDIA H200"))
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base")
     assert res.ret == 4
-    res.stderr.fnmatch_lines(["*different setup*device_name*NVIDIA H200*--voiceperf-allow-mismatch*"])
-    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-allow-mismatch")
+    res.stderr.fnmatch_lines(["*different machine*device_name*NVIDIA H200*--voiceperf-allow-mismatch gpu *"])
+    # waiving another check does not waive this one; waiving it by name does
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-allow-mismatch=cpu_model")
+    assert res.ret == 4
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-allow-mismatch=gpu")
     res.assert_outcomes(passed=2)
-    _edit_saved(vp, lambda prov: prov.update(device_name=json.loads(
-        (saved(vp)[0]).read_text())["provenance"]["device_name"], models={"qwen3-tiny": {"dummy": True}}))
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-allow-mismatch=gpus")
+    assert res.ret == 4
+    res.stderr.fnmatch_lines(["*unknown check(s) gpus; the checks are gpu, cpu_model, cpu_isa*"])
 
 
 def test_comparison_across_cpus_of_other_vector_extensions_is_refused(vp):
@@ -93,7 +97,7 @@ def test_comparison_across_cpus_of_other_vector_extensions_is_refused(vp):
     _edit_saved(vp, lambda prov: prov.update(cpu_isa=["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"]))
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base")
     assert res.ret == 4
-    res.stderr.fnmatch_lines(["*different setup*cpu_isa: avx2 fma avx512f avx512_bf16 amx_tile vs *"])
+    res.stderr.fnmatch_lines(["*different machine*cpu_isa: avx2 fma avx512f avx512_bf16 amx_tile vs *"])
     # a baseline written before the field existed is compared as before
     _edit_saved(vp, lambda prov: prov.pop("cpu_isa"))
     vp.runpytest("--voiceperf", "--voiceperf-baseline", "base").assert_outcomes(passed=2)
@@ -121,13 +125,98 @@ def test_cpu_vector_extensions_are_read_from_cpuinfo(tmp_path):
     assert cpu_isa(str(tmp_path / "absent")) is None
 
 
-def test_dummy_vs_real_weights_refused(vp):
+def test_software_changes_are_compared_and_listed_never_refused(vp):
+    # a new engine version, other weights, a deeper config, other engine options: what a gate is for.
+    # They are listed as what changed (old -> new), and the figures compared.
     set_claims(vp, 1.0)
     vp.runpytest("--voiceperf", "--voiceperf-save", "base")
-    _edit_saved(vp, lambda prov: prov.update(models={"qwen3-tiny": {"dummy": True, "weights": None}}))
+    _edit_saved(vp, lambda prov: prov.update(packages=dict(prov["packages"], torch="0.0.1", pytest="0.0.2")))
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-model", "qwen3-tiny=/w")
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["what changed: *pytest 0.0.2 -> *torch 0.0.1 -> 2.*", "*0 regressed*",
+                              "guarded 4 of 4 figures (100%)"])
+
+
+def _base_and_run(vp, first: dict, then: dict, *args):
+    """Save a run of claims c-rate/c-other with t.const arguments ``first``, run ``then`` against it."""
+    def write(kw):
+        for name, cid in (("a", "c-rate"), ("b", "c-other")):
+            x = kw.get(cid, 1.0)
+            (vp.path / f"claims/{name}.yaml").write_text(claim(
+                cid, metric="m.rate", expect="{min: 0.9}",
+                measure=f"m: {{probe: t.const, x: {x}, jitter: 0.005, seed: {kw.get('seed', 0)}}}"))
+    write(first)
+    vp.runpytest("--voiceperf", "--voiceperf-save", "base")
+    write(then)
+    return vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-json", "r.json", "-rxs", *args)
+
+
+def test_a_known_failure_does_not_fail_the_gate_a_new_failure_does(vp):
+    # c-rate fails its bound in the baseline and now (same figure): a known failure, xfailed, exit 0
+    res = _base_and_run(vp, {"c-rate": 0.5}, {"c-rate": 0.5, "seed": 1})
+    res.assert_outcomes(passed=1, xfailed=1)
+    res.stdout.fnmatch_lines(["*known failure: failed in the baseline too*"])
+    assert res.ret == 0
+    doc = json.loads((vp.path / "r.json").read_text())
+    assert doc["provenance"]["gate"]["known_failures"] == ["claims/a.yaml::c-rate"]
+    # the same in absolute mode fails, as without a baseline
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-gate", "absolute")
+    res.assert_outcomes(passed=1, failed=1)
+
+
+def test_a_claim_that_passed_in_the_baseline_and_fails_now_fails_the_gate(vp):
+    # 0.95 -> 0.85: within the 10% tolerance (no figure regressed), but the verdict went passed -> failed
+    res = _base_and_run(vp, {"c-rate": 0.95}, {"c-rate": 0.88, "seed": 1})
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*verdict changed: passed -> failed*"])
+    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "r.json", "--format", "markdown")
+    assert "### Verdicts that changed (1)" in res.stdout.str() and "c-rate: passed -> failed" in res.stdout.str()
+
+
+def test_a_baseline_that_was_all_disturbed_cannot_switch_the_gate_off(vp):
+    set_claims(vp, 1.0)
+    vp.runpytest("--voiceperf", "--voiceperf-json", "old.json")
+    doc = json.loads((vp.path / "old.json").read_text())
+    for r in doc["results"]:  # every record of the baseline says disturbed, nothing measured
+        r.update(outcome="unmeasured", reason="disturbed: other processes used 2 cores", probes={},
+                 disturbed=["other processes used 2 cores"], value=None, samples=[], round_values=[])
+    (vp.path / "old.json").write_text(json.dumps(doc))
+    set_claims(vp, 0.5, seed=9)  # 2x slower
+    vp.runpytest("--voiceperf", "--voiceperf-json", "new.json")
+    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["guarded 0 of 2 figures (0%); 2 not compared*FAILED: below the 80% *"])
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", str(vp.path / "old.json"))
+    assert res.ret == 1
+    res.stdout.fnmatch_lines(["guarded 0 of 2 figures*FAILED*"])
+
+
+def test_a_missing_baseline_is_a_notice_and_passes_softly_unless_asked(vp):
+    set_claims(vp, 0.05)  # c-rate fails its bound: on a first run nothing is known to gate against
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "main", "--voiceperf-json", "r.json")
+    assert res.ret == 0
+    res.assert_outcomes(passed=1, xfailed=1)
+    res.stdout.fnmatch_lines(["*no baseline 'main' yet*nothing was gated*--voiceperf-save main*"])
+    assert json.loads((vp.path / "r.json").read_text())["provenance"]["gate"]["baseline"] is None
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "main", "-o", "voiceperf_baseline_missing=fail")
     assert res.ret == 4
-    res.stderr.fnmatch_lines(["*model qwen3-tiny: dummy weights vs real weights*"])
+    res.stderr.fnmatch_lines(["*no saved voiceperf run 'main'*"])
+
+
+def test_rounds_go_on_until_the_gate_decides(vp):
+    # the claim's bound (>= 0.1) is decided after 3 rounds; against the baseline the first rounds
+    # (1.0, 0.9, 1.1) leave the change undecided, so rounds go on until the interval is decided
+    (vp.path / "claims/a.yaml").write_text(claim("c-rate", metric="m.rate", expect="{min: 0.1}",
+                                                  measure="m: {probe: t.const, x: 1.0, spread: 0.002}"))
+    vp.runpytest("--voiceperf", "--voiceperf-save", "base")
+    (vp.path / "claims/a.yaml").write_text(claim("c-rate", metric="m.rate", expect="{min: 0.1}", measure=(
+        'm: {probe: t.const, rounds_x: "1.0,0.9,1.1,1.0", spread: 0.002}')))
+    res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-json", "r.json", "-v")
+    res.stdout.fnmatch_lines(["*against the baseline metric, m.rate ?tok/s? undecided after 3 rounds; one more round*"])
+    r = json.loads((vp.path / "r.json").read_text())["results"][0]
+    assert 3 < r["rounds"] < 10
+    assert {c["verdict"] for c in r["baseline"]} == {"unchanged"}, r["baseline"]
+    assert res.ret == 0
 
 
 def test_cli_compare_list_validate(vp):

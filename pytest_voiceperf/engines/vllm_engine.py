@@ -79,7 +79,8 @@ class Engine:
                  dtype: str = "bfloat16", quantization: str | None = None, enforce_eager: bool | None = None,
                  kv_cache_gib: float | None = None, max_model_len: int = 8192, prefix_caching: bool = False,
                  max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None, seed: int = 0,
-                 gpu_memory_utilization: float = 0.8, tensor_parallel_size: int = 1, **_):
+                 gpu_memory_utilization: float = 0.8, tensor_parallel_size: int = 1,
+                 engine_args: dict | None = None, **_):
         if quantization == "fp8" and device != "cuda":
             raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
         self.name = model
@@ -92,6 +93,13 @@ class Engine:
         self.vocab = int((cfg or {}).get("vocab_size", 32000))
         # a config's own context length bounds the engine's (vLLM refuses a longer one)
         self.max_model_len = min(int(max_model_len), int((cfg or {}).get("max_position_embeddings") or max_model_len))
+        # the user's engine options (ini voiceperf_engine_args, --voiceperf-engine-arg) win over the plugin's
+        self.engine_args = dict(engine_args or {})
+        user = dict(self.engine_args)
+        if "max_model_len" in user:
+            self.max_model_len = int(user["max_model_len"])
+        if "enforce_eager" in user:
+            enforce_eager = bool(user.pop("enforce_eager"))
         if enforce_eager is None:
             enforce_eager = device != "cuda"
         self.enforce_eager = bool(enforce_eager)
@@ -141,6 +149,8 @@ class Engine:
         elif device == "cuda":
             # leave room for the session's ceiling probes (a 4 GiB read-bandwidth buffer, matmuls)
             kwargs["gpu_memory_utilization"] = float(gpu_memory_utilization)
+        kwargs.update(user)
+        self.max_num_seqs = kwargs["max_num_seqs"]
         progress(f"vllm {vllm.__version__}: loading {model} ({'dummy' if self.dummy else 'real'} weights, {dtype}"
                  f"{', ' + quantization if quantization else ''}, prefix caching {'on' if self.prefix_caching else 'off'})")
         self.llm = LLM(**kwargs)
@@ -181,7 +191,8 @@ class Engine:
             "model_type": self.model_type, "architectures": self.architectures,
             **({"byte_count_error": c["error"]} if "error" in c else {}), **({"moe": c["moe"]} if "moe" in c else {}),
             "device": self.device, "dtype": self.dtype, "quantization": self.quantization,
-            "enforce_eager": self.enforce_eager,
+            "enforce_eager": self.enforce_eager, "engine_args": self.engine_args or None,
+            "max_num_seqs": self.max_num_seqs,
             "cudagraph_capture_sizes": CAPTURE_SIZES if self.device == "cuda" and not self.enforce_eager else None,
             "prefix_caching": self.prefix_caching, "tensor_parallel": self.tp,
             "max_model_len": self.max_model_len, "start_s": round(self.start_s, 2),

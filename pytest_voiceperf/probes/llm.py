@@ -83,6 +83,9 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     if fam in ("vllm", "transformers"):
         _emulated_half_check(ctx, m, dtype)
     if fam == "vllm":
+        opts = ctx.engine_args(fam)  # the user's engine options: part of the spec, so another engine
+        if opts:
+            base["engine_args"] = opts
         if q not in (None, "fp8"):
             raise Unmeasured(f"vLLM runs quantization none or fp8 here, not {q!r}")
         if q == "fp8" and ctx.device != "cuda":

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The gating job's steps, the same on GitHub Actions, GitLab CI or a shell:
+#   1. run the claims against this runner's saved baseline `main` (none yet: a notice, the job passes);
+#   2. write the gate as Markdown (job summary, pull-request comment) and the HTML/Markdown report;
+#   3. on main, when the gate passed, save the run as the next baseline.
+# The CI system keeps .voiceperf/ between jobs (a cache restored on every job, saved on main).
+#
+#   VOICEPERF_BRANCH   the branch (GitHub: github.ref_name, GitLab: CI_COMMIT_REF_NAME); main saves
+#   VOICEPERF_MAIN     the branch whose runs become the baseline (default main)
+#   VOICEPERF_OUT      folder for results.json, gate.md, junit.xml, report/ (default voiceperf-out)
+#   VOICEPERF_PYTHON   the interpreter with pytest-voiceperf and the engines (default python)
+#   extra arguments    go to pytest (claims, --voiceperf-profile, --voiceperf-model, engine options)
+# Exit status: pytest's (0: no regression, no claim that passed in the baseline fails now; 1: one
+# did, or the gate decided too few of the baseline's figures; 4: a usage error, e.g. another GPU).
+set -u
+py=${VOICEPERF_PYTHON:-python}
+out=${VOICEPERF_OUT:-voiceperf-out}
+main=${VOICEPERF_MAIN:-main}
+branch=${VOICEPERF_BRANCH:-$(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo "")}
+mkdir -p "$out"
+
+"$py" -m pytest --voiceperf --voiceperf-baseline "$main" --voiceperf-json "$out/results.json" \
+  --junitxml "$out/junit.xml" "$@"
+rc=$?
+
+if [ -f "$out/results.json" ]; then
+  # the gate against the baseline this run used (the results file names it), as Markdown
+  "$py" -m pytest_voiceperf.cli compare "$out/results.json" --format markdown > "$out/gate.md" \
+    || echo "voiceperf: no gate summary (see above)" > "$out/gate.md"
+  "$py" -m pytest_voiceperf.cli report "$out/results.json" -o "$out/report" > /dev/null 2>&1 \
+    || echo "voiceperf: no HTML report (pip install pytest-voiceperf[report] for the plots)" >&2
+  if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then cat "$out/gate.md" >> "$GITHUB_STEP_SUMMARY"; fi
+  if [ "$branch" = "$main" ] && { [ "$rc" = 0 ] || [ -n "${VOICEPERF_SAVE_ANYWAY:-}" ]; }; then
+    "$py" -m pytest_voiceperf.cli save "$out/results.json" --name "$main"
+  fi
+fi
+exit "$rc"

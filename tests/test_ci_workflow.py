@@ -1,0 +1,90 @@
+"""The shipped CI workflow's steps (examples/ci/voiceperf-gate.sh), run as a CI job runs them, on the CPU:
+main saves a baseline, an unchanged pull request passes, a slower model fails with the figure and the
+term that moved in the gate's Markdown."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "ci" / "voiceperf-gate.sh"
+WORKFLOWS = [ROOT / "examples" / "ci" / "github-actions.yml", ROOT / "examples" / "ci" / "gitlab-ci.yml"]
+
+# a small Llama whose decode reads its weights (tens of MB a token, not launch overhead alone)
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 512,
+         "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 64,
+         "intermediate_size": 2048, "vocab_size": 8192, "tie_word_embeddings": False,
+         "max_position_embeddings": 2048, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+         "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "float32"}
+
+CLAIM = """\
+    id: ci-decode
+    title: the team's model decodes fast enough
+    statement: one-request decode of the team's model, in tok/s
+    measure:
+      d: {probe: llm.decode, model: team-llm, engine: transformers, dtype: float32, tokens: 16, reps: 3}
+    metric: d.tok_s
+    unit: tok/s
+    expect: {min: 1}
+    # a 2-core CI machine moves more between runs than a GPU runner: this test checks the workflow
+    tolerance: 0.25
+    """
+
+
+def _project(tmp_path: Path) -> Path:
+    p = tmp_path / "repo"
+    (p / "claims").mkdir(parents=True)
+    (p / "claims" / "ci-decode.yaml").write_text(textwrap.dedent(CLAIM))
+    for name, layers in (("team-llm", 4), ("team-llm-deeper", 12)):
+        d = p / "models" / name
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps(dict(LLAMA, num_hidden_layers=layers)))
+    (p / "pytest.ini").write_text("[pytest]\nvoiceperf_round_seconds = 120\n")
+    return p
+
+
+def _job(repo: Path, branch: str, model: str) -> tuple[int, str, str]:
+    """One CI job: the workflow's Gate step (the script), with the job's environment."""
+    out = repo / "voiceperf-out"
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, VOICEPERF_BRANCH=branch, VOICEPERF_PYTHON=sys.executable,
+               VOICEPERF_DISTURBED_CPU="4", GITHUB_STEP_SUMMARY=str(repo / "summary.md"))
+    r = subprocess.run(["bash", str(SCRIPT), "-p", "no:cacheprovider", "--voiceperf-model", f"team-llm=models/{model}"],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    md = (out / "gate.md").read_text() if (out / "gate.md").exists() else ""
+    return r.returncode, r.stdout + r.stderr, md
+
+
+def test_the_workflows_call_the_script_the_test_runs():
+    for wf in WORKFLOWS:
+        assert "examples/ci/voiceperf-gate.sh" in wf.read_text(), wf
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the script is bash")
+def test_the_shipped_gate_passes_main_and_an_unchanged_pr_and_fails_a_slower_model(tmp_path):
+    repo = _project(tmp_path)
+    # main, first job ever: no baseline yet, a notice, exit 0, and the run becomes the baseline
+    rc, log, md = _job(repo, "main", "team-llm")
+    assert rc == 0, log
+    assert "no baseline 'main' yet" in log and "## voiceperf gate: no baseline" in md
+    saved = sorted((repo / ".voiceperf").rglob("*_main.json"))
+    assert len(saved) == 1, log
+    # a pull request that changes nothing: passes, and the gate decided its figures
+    rc, log, md = _job(repo, "feature", "team-llm")
+    assert rc == 0, log + md
+    assert "## voiceperf gate: passed" in md and "### Regressed" not in md
+    assert "guarded 2 of 2 figures" in md, md
+    assert len(sorted((repo / ".voiceperf").rglob("*_main.json"))) == 1  # a pull request saves nothing
+    # a pull request with a deeper model (12 layers instead of 4): fails, and says which term moved
+    rc, log, md = _job(repo, "feature", "team-llm-deeper")
+    assert rc == 1, log + md
+    assert "## voiceperf gate: FAILED" in md
+    assert "### Regressed" in md and "d.tok\\_s \\[tok/s\\]" in md, md
+    assert "bytes read per token +" in md, md
+    assert "model team-llm: num\\_hidden\\_layers 4 -> 12" in md, md
+    assert (repo / "summary.md").read_text().count("## voiceperf gate") == 3
