@@ -162,15 +162,14 @@ def cmd_compare(args) -> int:
     changed = gate.changes(old.provenance, new.provenance)
     lines = []
     for r in new.results:
-        if r.outcome in gate.FAILED and not g.known_failure(r.nodeid) and not r.reason.startswith("regressed"):
-            change = g.verdict_change(r.nodeid, r.outcome)
-            if change:
-                lines.append(f"{'VERDICT':<12} {r.nodeid}  {change}: {r.reason[:200]}")
-        elif r.outcome in ("failed", "error") and args.mode == "absolute":
-            g.changed_verdicts.append((r.nodeid, f"{r.outcome} (absolute mode: failed in the baseline too)"))
-            lines.append(f"{'FAILED':<12} {r.nodeid}  {r.reason[:200]}")
-        elif r.outcome in gate.FAILED:
+        failing = r.outcome in ("failed", "error") and not r.reason.startswith("regressed")
+        if r.outcome in gate.FAILED and g.known_failure(r.nodeid) and args.mode == "changes":
             g.known.append(r.nodeid)
+        elif failing and args.mode == "absolute":
+            g.changed_verdicts.append((r.nodeid, f"{r.outcome} (absolute mode)"))
+            lines.append(f"{'FAILED':<12} {r.nodeid}  {r.reason[:200]}")
+        elif failing and (change := g.verdict_change(r.nodeid, r.outcome)):
+            lines.append(f"{'VERDICT':<12} {r.nodeid}  {change}: {r.reason[:200]}")
         if r.value is None and not r.probes and not r.is_disturbed:
             continue
         for c in g.check(r):

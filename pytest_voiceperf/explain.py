@@ -55,18 +55,24 @@ def _num(d: dict, key: str) -> float | None:
 
 
 def _time_split(old: dict, new: dict, work: str, rate: str, what: str, rate_what: str,
-                work_unit: str, rate_unit: str) -> tuple[list[str], str]:
-    """Terms of t = work / rate + overhead (ms per unit) for both runs, and the one that moved t most."""
-    parts = [f"{what} {_pct(old[work], new[work])} ({_fmt(old[work], work_unit)} -> {_fmt(new[work], work_unit)})",
+                work_unit: str, rate_unit: str) -> tuple[list[str], list[str], bool]:
+    """Terms of t = work / rate + overhead (ms per unit) for both runs, and those that moved t most."""
+    parts = [f"time per {old['per']} {_pct(old['t'], new['t'])} ({old['t']:.3g} -> {new['t']:.3g} ms)",
+             f"{what} {_pct(old[work], new[work])} ({_fmt(old[work], work_unit)} -> {_fmt(new[work], work_unit)})",
              f"{rate_what} {_pct(old[rate], new[rate])} ({_fmt(old[rate], rate_unit)} -> {_fmt(new[rate], rate_unit)})"]
     o_old = old["t"] - 1e3 * old[work] / old[rate]
     o_new = new["t"] - 1e3 * new[work] / new[rate]
-    parts.append(f"overhead per {old['per']} {o_new - o_old:+.3g} ms ({o_old:.3g} -> {o_new:.3g} ms)")
-    contrib = {"work": 1e3 * (new[work] - old[work]) / old[rate],
-               "rate": 1e3 * new[work] * (1 / new[rate] - 1 / old[rate]),
-               "overhead": o_new - o_old}
-    top = max(contrib, key=lambda k: abs(contrib[k]))
-    return parts, top
+    parts.append(f"overhead per {old['per']} (time - {what.split(' per')[0]} / {rate_what}) {o_new - o_old:+.3g} ms "
+                 f"({o_old:.3g} -> {o_new:.3g} ms)")
+    # the change of the time per unit, split multiplicatively: t_new / t_old = (work ratio) x (rate ratio)^-1
+    # x (the rest). The rest is the engine's time per unit of work beyond the rate (a model that grew
+    # moves t with its bytes even when launches, not bandwidth, dominate: more layers, more kernels)
+    lt = math.log(new["t"] / old["t"])
+    contrib = {"work": math.log(new[work] / old[work]), "rate": -math.log(new[rate] / old[rate])}
+    contrib["overhead"] = lt - contrib["work"] - contrib["rate"]
+    named = [k for k in sorted(contrib, key=lambda k: -abs(contrib[k]))
+             if contrib[k] * lt > 0 and abs(contrib[k]) >= 0.25 * abs(lt)]
+    return parts, named or [max(contrib, key=lambda k: abs(contrib[k]))], lt >= 0
 
 
 def _decode_terms(p: Any, tok: str, read: str | None) -> dict | None:
@@ -90,38 +96,43 @@ def _prefill_terms(p: Any) -> dict | None:
     return {"t": 1e3 / t, "flops": flops / t, "peak": peak, "per": "prompt token"}
 
 
+# (the time per unit went up, went down)
 CAUSE = {
-    ("decode", "work"): "the model reads more bytes per token (it grew, or its precision did)",
-    ("decode", "rate"): "the machine's read bandwidth moved",
-    ("decode", "overhead"): "the engine spends more time per token beyond reading the bytes "
-                            "(kernel launches, graphs, attention, the host)",
-    ("prefill", "work"): "the model needs more FLOPs per token",
-    ("prefill", "rate"): "the machine's matmul ceiling moved",
-    ("prefill", "overhead"): "the engine spends more time per token beyond its FLOPs at the ceiling",
+    ("decode", "work"): ("the model reads more bytes per token (it grew, or its precision did)",
+                         "the model reads fewer bytes per token"),
+    ("decode", "rate"): ("the machine's read bandwidth fell", "the machine's read bandwidth rose"),
+    ("decode", "overhead"): ("the engine takes more time per byte read than the bandwidth explains (kernel "
+                             "launches, graphs, attention, the host)", "the engine takes less time per byte read"),
+    ("prefill", "work"): ("the model needs more FLOPs per token", "the model needs fewer FLOPs per token"),
+    ("prefill", "rate"): ("the machine's matmul ceiling fell", "the machine's matmul ceiling rose"),
+    ("prefill", "overhead"): ("the engine takes more time per FLOP than the matmul ceiling explains",
+                              "the engine takes less time per FLOP"),
 }
 
 
 def explain_probe(old: Any, new: Any, output: str, tolerance: float = 0.0) -> str:
     """Why ``output`` of one probe call moved between two records (ProbeRecord-like: probe, values,
     info); '' when nothing measured says."""
-    kind, top = "", ""
+    kind = ""
     parts: list[str] = []
+    top: list[str] = []
+    slower = True
     if new.probe == "llm.decode" and output in ("tok_s", "tok_s_wall", "ms_per_token", "total_tok_s", "e2e_s"):
         o, n = _decode_terms(old, "tok_s", "read_bytes"), _decode_terms(new, "tok_s", "read_bytes")
         if o and n:
             kind = "decode"
-            parts, top = _time_split(o, n, "bytes", "bw", "bytes read per token", "read bandwidth", "B", "B/s")
+            parts, top, slower = _time_split(o, n, "bytes", "bw", "bytes read per token", "read bandwidth", "B", "B/s")
     elif new.probe == "llm.batch" and output in ("tok_s_1", "total_1", "read_bw_1", "slowdown"):
         o, n = _decode_terms(old, "tok_s_1", None), _decode_terms(new, "tok_s_1", None)
         if o and n:
             kind = "decode"
-            parts, top = _time_split(o, n, "bytes", "bw", "bytes read per token at batch 1", "read bandwidth",
+            parts, top, slower = _time_split(o, n, "bytes", "bw", "bytes read per token at batch 1", "read bandwidth",
                                      "B", "B/s")
     elif new.probe == "llm.prefill" and output in ("tok_s", "tok_s_wall", "flops", "ttft_s"):
         o, n = _prefill_terms(old), _prefill_terms(new)
         if o and n:
             kind = "prefill"
-            parts, top = _time_split(o, n, "flops", "peak", "FLOPs per token", "matmul ceiling", "", "FLOP/s")
+            parts, top, slower = _time_split(o, n, "flops", "peak", "FLOPs per token", "matmul ceiling", "", "FLOP/s")
     if not kind:
         # any other probe: its exact outputs (counts) and the outputs that moved beyond the tolerance
         for name in sorted(set(old.values) & set(new.values)):
@@ -138,7 +149,7 @@ def explain_probe(old: Any, new: Any, output: str, tolerance: float = 0.0) -> st
                 if old.info.get(k) != new.info.get(k) and (k in old.info or k in new.info)]
     text = ", ".join(parts)
     if kind:
-        text += f": {CAUSE[(kind, top)]}"
+        text += ": " + " and ".join(CAUSE[(kind, t)][0 if slower else 1] for t in top)
     if settings:
         text += ("; " if text else "") + "changed: " + ", ".join(settings)
     return text
