@@ -228,9 +228,14 @@ def test_a_round_under_load_is_dropped_and_the_figure_is_disturbed(vp):
     assert r["outcome"] == "unmeasured" and r["reason"].startswith("disturbed: 3 rounds of t.const dropped, 0 clean")
     assert r["disturbed"] and "other processes used" in r["disturbed"][0] and "python" in r["disturbed"][0]
     res.stdout.fnmatch_lines(["*1 disturbed*"])
+    # disturbed, not slower: never called regressed; but a gate that decided nothing does not pass
     cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail")
+    assert cmp.ret == 1
+    cmp.stdout.fnmatch_lines(["UNTESTABLE*c-load*disturbed*", "*0 regressed*1 untestable: disturbed*",
+                              "guarded 0 of 2 figures*untestable: disturbed*FAILED*"])
+    cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail",
+                 "--min-guarded", "0")
     assert cmp.ret == 0
-    cmp.stdout.fnmatch_lines(["UNTESTABLE*c-load*disturbed*", "*0 regressed*1 untestable: disturbed*"])
     base = results(vp, "base.json")["c-load"]
     assert base["outcome"] == "passed" and not base["disturbed"]
     rec = base["probes"]["m"]["info"]["round_records"][0]
@@ -1006,9 +1011,10 @@ def test_gate_leaves_alone_a_figure_whose_ceiling_read_inside_its_rounds_differs
     assert res.ret == 1, res.stdout.str()
     rec["value"] *= 0.88  # a VM whose read bandwidth is 12% lower
     (pytester.path / "new.json").write_text(json.dumps(new))
-    res = pytester.run(*cli)
-    assert res.ret == 0, res.stdout.str()
-    res.stdout.fnmatch_lines(["0 regressed, 0 improved, 2 untestable: machine changed*"])
+    res = pytester.run(*cli)  # not a regression; but nothing was guarded, so the gate does not pass either
+    assert res.ret == 1, res.stdout.str()
+    res.stdout.fnmatch_lines(["0 regressed, 0 improved, 2 untestable: machine changed*", "guarded 0 of 2*FAILED*"])
+    assert pytester.run(*cli, "--min-guarded", "0").ret == 0
     from pytest_voiceperf.gate import compare_result
 
     notes = {c.note for c in compare_result(old["results"][0], new["results"][0], 0.1, 0.05)}
@@ -1037,9 +1043,9 @@ def test_gate_leaves_alone_a_figure_computed_from_a_ceiling_that_drifted_inside_
     new["provenance"]["ceilings_end"] = [{"probe": "t.ceil", "args": {}, "call": 't.ceil{"scale": 1.0}', "output": "bw",
                                           "change": -0.124, "drifted": True}]
     (pytester.path / "new.json").write_text(json.dumps(new))
-    res = pytester.run(*cli)
+    res = pytester.run(*cli, "--min-guarded", "0")  # untestable, not regressed (and nothing guarded)
     assert res.ret == 0, res.stdout.str()
-    res.stdout.fnmatch_lines(["*untestable*"])
+    res.stdout.fnmatch_lines(["*untestable*", "0 regressed*", "guarded 0 of 2*"])
     assert "this run: t.ceil" in res.stdout.str() and "moved -12.4% when measured again" in res.stdout.str()
 
 
