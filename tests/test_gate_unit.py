@@ -92,3 +92,30 @@ def test_known_failures_and_verdict_changes():
     assert g.verdict_change("b", "failed") == "passed -> failed"
     assert g.verdict_change("b", "unmeasured") is None and g.verdict_change("new", "failed") is None
     assert g.failed()
+
+
+def test_engine_options_a_claim_may_set_and_those_it_may_not():
+    import pytest
+
+    from pytest_voiceperf.probes import Unmeasured
+    from pytest_voiceperf.probes.llm import claim_engine_args
+
+    assert claim_engine_args("enforce_eager=true, max_num_seqs=256,kv_cache_dtype=fp8") == {
+        "enforce_eager": True, "max_num_seqs": 256, "kv_cache_dtype": "fp8"}
+    assert claim_engine_args("") == {}
+    # a pull request's claim cannot reach options that load code or name files
+    for bad in ("trust_remote_code=true", "model=/etc", "enforce_eager", 'max_num_seqs={"a": 1}'):
+        with pytest.raises(Unmeasured):
+            claim_engine_args(bad)
+
+
+def test_the_operators_engine_options_are_parsed_and_checked():
+    import pytest
+
+    from pytest_voiceperf.plugin import engine_args
+
+    assert engine_args(["vllm:enforce_eager=true", "vllm:max_num_seqs=256", 'vllm:compilation_config={"level": 0}']) \
+        == {"vllm": {"enforce_eager": True, "max_num_seqs": 256, "compilation_config": {"level": 0}}}
+    for bad in ("enforce_eager=true", "vllm:enforce_eager", "nemo:x=1", "vllm:model=/x"):
+        with pytest.raises(pytest.UsageError):
+            engine_args([bad])

@@ -67,8 +67,33 @@ def _quant(q) -> str | None:
     return None if q == "none" else q
 
 
+# engine options a claim may set for its own calls (claim files come from pull requests: performance
+# settings only; the operator's ini and command line may set any vLLM argument)
+CLAIM_ENGINE_ARGS = ("enforce_eager", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "block_size",
+                     "gpu_memory_utilization", "enable_chunked_prefill", "async_scheduling")
+
+
+def claim_engine_args(text) -> dict:
+    """A call's ``engine_args`` ("enforce_eager=true,max_num_seqs=256") as a dict; values read as JSON."""
+    out: dict = {}
+    for item in [x.strip() for x in str(text or "").split(",") if x.strip()]:
+        key, eq, val = item.partition("=")
+        key = key.strip()
+        if not eq or key not in CLAIM_ENGINE_ARGS:
+            raise Unmeasured(f"engine_args {item!r}: a claim may set {', '.join(CLAIM_ENGINE_ARGS)} as KEY=VALUE "
+                             "(other engine options: ini voiceperf_engine_args or --voiceperf-engine-arg)")
+        try:
+            v = json.loads(val.strip())
+        except ValueError:
+            v = val.strip()
+        if not isinstance(v, (bool, int, float, str)):
+            raise Unmeasured(f"engine_args {item!r}: the value must be a number, true/false or a word")
+        out[key] = v
+    return out
+
+
 def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False,
-          tp: int = 1) -> tuple[str, dict, dict]:
+          tp: int = 1, engine_args: str = "") -> tuple[str, dict, dict]:
     """(family, engine spec, model entry); the same arguments always give the same spec (shared engine)."""
     m = ctx.model(model)
     if m["family"] not in (None, "llm"):
@@ -82,8 +107,13 @@ def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = 
     base = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device}
     if fam in ("vllm", "transformers"):
         _emulated_half_check(ctx, m, dtype)
+    own = claim_engine_args(engine_args)
+    if own and fam != "vllm":
+        raise Unmeasured(f"engine_args are vLLM options; this call runs on {fam}")
     if fam == "vllm":
-        opts = ctx.engine_args(fam)  # the user's engine options: part of the spec, so another engine
+        # the operator's engine options, then the call's own: part of the spec, so other options are
+        # another engine (and another probe call: engine_args is an argument)
+        opts = {**ctx.engine_args(fam), **own}
         if opts:
             base["engine_args"] = opts
         if q not in (None, "fp8"):
@@ -169,7 +199,7 @@ def _key(args: dict) -> str:
     except (TypeError, ValueError):
         pass  # the probe itself reports the bad value
     return (f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}"
-            + ("" if tp == 1 else f":tp{tp}"))
+            + ("" if tp == 1 else f":tp{tp}") + (f":{args['engine_args']}" if args.get("engine_args") else ""))
 
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
@@ -221,14 +251,14 @@ def _matmul_key(spec: dict) -> str:
               "params", "non_embedding_params", "tp"),
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
-           tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1):
+           tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1, engine_args: str = ""):
     """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it.
 
     ``tp``: tensor parallel over that many GPUs (vLLM); each GPU then reads 1/tp of the bytes."""
     tp = _int(tp, "tp")
     if tp < 1:
         raise Unmeasured(f"tp must be 1 or more, got {tp}")
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, tp=tp)
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, tp=tp, engine_args=engine_args)
     tokens, reps = _defaults(ctx, tokens, reps)
     prompt_len, batch = _int(prompt_len, "prompt_len"), _int(batch, "batch")
     ctx.progress(f"llm.decode {model} on {fam}: {tokens} tokens x {reps} reps, batch {batch}")
@@ -274,12 +304,12 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
        exact=("prompt_len", "non_embedding_params"),
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
 def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
-            prompt_len: int = 1024, reps: int = 0, cache: str = "off"):
+            prompt_len: int = 1024, reps: int = 0, cache: str = "off", engine_args: str = ""):
     """Prefill tok/s of one request (max_tokens=1) with distinct random prompts; ``cache: on`` repeats
     one prompt (the cache trap). vLLM engines run with prefix caching on for every claim, so an honest
     figure is proven uncached by the engine's own count (num_cached_tokens == 0)."""
     on = cache == "on"
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, cache=on)
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, cache=on, engine_args=engine_args)
     _, reps = _defaults(ctx, 0, reps)
     prompt_len = _int(prompt_len, "prompt_len")
     ctx.progress(f"llm.prefill {model} on {fam}: {prompt_len} tokens x {reps} reps"
@@ -356,8 +386,9 @@ def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -
         b = min(nb, max_batch)
 
 
-def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len, at, max_batch, stop_gain):
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization)
+def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len, at, max_batch, stop_gain,
+               engine_args=""):
+    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
     if fam == "llamacpp":
         raise Unmeasured("the llama.cpp engine here decodes one sequence at a time; use vllm for batching")
     tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 16)
@@ -396,10 +427,10 @@ BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "t
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
           at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0, prompt_len: int = 32,
-          stop_gain: float = 0.1):
+          stop_gain: float = 0.1, engine_args: str = ""):
     """Concurrency sweep 1, 2, 4, ... through ``at``, then on until two doublings in a row beat the best by < stop_gain."""
     fam, spec, m, rows, info, used = _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len,
-                                                at, max_batch, stop_gain)
+                                                at, max_batch, stop_gain, engine_args)
     info = dict(info)
     wb, wread, kvt = _bytes(info)
     _, nonemb = _params(m, info)
@@ -446,13 +477,14 @@ def _ratios(top: list, one: list) -> list[float]:
        choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
 def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16",
               quantization: str = "none", at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0,
-              prompt_len: int = 32, stop_gain: float = 0.1):
+              prompt_len: int = 32, stop_gain: float = 0.1, engine_args: str = ""):
     """Measured compute crossover: saturated total decode throughput / batch-1 throughput (same sweep as llm.batch).
 
     Round 0 reads the full sweep; a later round measures again the saturated batch the first sweep found
     (llm.batch's later round measures only 1 and ``at``), so each round gives its own figure."""
     bm = ctx.probe("llm.batch", model=model, engine=engine, dtype=dtype, quantization=quantization, at=at,
-                   max_batch=max_batch, tokens=tokens, reps=reps, prompt_len=prompt_len, stop_gain=stop_gain)
+                   max_batch=max_batch, tokens=tokens, reps=reps, prompt_len=prompt_len, stop_gain=stop_gain,
+                   engine_args=engine_args)
     rows = bm.info["sweep"]
     if len(rows) < 2:
         raise Unmeasured("the sweep has a single batch size")
@@ -463,7 +495,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
             f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
             f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "
             f"{bm.info['max_batch']}); raise max_batch")
-    fam, spec, _ = _spec(ctx, model, engine, dtype, quantization)
+    fam, spec, _ = _spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
     best, fresh = _saturated(rows)
     one = next(r for r in rows if r["batch"] == 1)
     measured = [r["batch"] for r in rows if not r.get("from_first_sweep", False)]
