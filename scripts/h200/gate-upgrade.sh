@@ -6,7 +6,7 @@
 #   plain     the same setup without a baseline, warm like `same`: the wall the gate is measured against
 #   deeper    the 0.6B with 36 layers instead of 28 (a config.json folder, dummy weights): regressed, bytes
 #   eager     --voiceperf-engine-arg vllm:enforce_eager=true: regressed, per-token overhead
-#   option    --voiceperf-engine-arg vllm:max_num_seqs=512: listed as changed, nothing slower
+#   option    --voiceperf-engine-arg vllm:max_num_seqs=512 (0.6B): listed as changed, nothing slower
 # Everything lands in /tmp/keep/gate (NAME.json, NAME.log, NAME.md: `voiceperf compare NAME.json --format markdown`).
 set -uo pipefail
 . scripts/h200/install.sh >/dev/null
@@ -37,6 +37,6 @@ run base -k "not fp8" --voiceperf-save base
 run same -k "not fp8" --voiceperf-baseline base
 run deeper -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
 run eager -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:enforce_eager=true
-run option -k "not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
+run option -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
 run plain -k "not fp8"
 echo "== all done"
