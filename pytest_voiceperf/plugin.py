@@ -102,6 +102,8 @@ def pytest_addoption(parser):
                   default="pass")
     parser.addini("voiceperf_gate_max_rounds", "with a baseline: rounds a case may take until the gate decides "
                   "its figures", default="10")
+    parser.addini("voiceperf_quiet_wait", "after min_rounds rounds of a probe dropped in a row as disturbed: seconds "
+                  "to wait for a quiet machine before taking them again (0: give up at once)", default="120")
     parser.addini("voiceperf_engine_args", "engine options, one per line: FAMILY:KEY=VALUE", type="linelist",
                   default=[])
     parser.addini("voiceperf_llms", "your own LLMs, one per line: NAME=PATH (joins every LLM claim's models)",
@@ -237,6 +239,7 @@ def pytest_sessionstart(session):
         noise_floor=ini_float("voiceperf_noise_floor"),
         disturbed_cpu=_disturbed_cpu(config),
         gate_max_rounds=int(ini_float("voiceperf_gate_max_rounds")),
+        quiet_wait=ini_float("voiceperf_quiet_wait"),
         engine_args=engine_args(list(config.getini("voiceperf_engine_args")) +
                                 list(config.getoption("voiceperf_engine_arg"))),
         **_rounds(config),

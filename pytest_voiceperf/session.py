@@ -119,6 +119,7 @@ class Options:
     noise_floor: float = 0.01  # the interval is never narrower than ±1% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
     gate_max_rounds: int = 10  # with a baseline: rounds a case may take until the gate decides its figures
+    quiet_wait: float = 120.0  # after min_rounds disturbed rounds in a row: seconds to wait for a quiet machine
     engine_args: dict[str, dict] = field(default_factory=dict)  # engine family -> options (ini, command line)
 
 
@@ -377,11 +378,35 @@ class VoiceperfSession:
             # many rounds, and three drops spread over a long run (the H100's hypervisor stealing 0.25-0.32
             # cores now and then) voided llm-precision-speedup[qwen3-4b] with 5 clean rounds in hand
             if pr.dropped_in_a_row >= self.options.min_rounds:
+                # decide rather than give up: a load that comes and goes (a minute of another job) is
+                # waited out once per probe call, then its rounds are taken again
+                if not pr.waited_quiet and self.options.quiet_wait > 0:
+                    pr.waited_quiet = True
+                    waited = self.wait_for_quiet_machine(name, min(self.options.quiet_wait, ctx.time_left()))
+                    if waited is not None:
+                        pr.dropped_in_a_row = 0
+                        continue
                 causes = "; ".join(dict.fromkeys(c for d in pr.dropped for c in d["disturbed"]))
                 raise Unmeasured(f"disturbed: {len(pr.dropped)} rounds of {name} dropped, {len(pr.rounds)} clean "
                                  f"({causes})")
             self._take_round(spec, pr, ctx)
         return pr.rounds[min(r, len(pr.rounds) - 1)]
+
+    def wait_for_quiet_machine(self, name: str, timeout: float) -> float | None:
+        """Wait until two seconds in a row pass without outside load (the rounds' own test), at most
+        ``timeout`` seconds: the seconds waited, or None when the machine stayed busy."""
+        from .disturbance import Watch
+
+        self.progress(f"{name}: {self.options.min_rounds} rounds in a row dropped as disturbed; waiting up to "
+                      f"{timeout:.0f} s for a quiet machine, then taking them again")
+        t0 = time.monotonic()
+        with self.timing.phase(timing.QUIET):
+            while time.monotonic() - t0 < timeout:
+                w = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda").start()
+                time.sleep(2.0)
+                if not w.stop()["disturbed"]:
+                    return time.monotonic() - t0
+        return None
 
     @staticmethod
     def _nested_engine(spec) -> bool:
@@ -1157,6 +1182,7 @@ class Probed:
         self.records: list[dict] = []  # per clean round: wall time, other CPU load, GPU state
         self.dropped: list[dict] = []  # disturbed rounds: their records with the causes
         self.dropped_in_a_row = 0  # disturbed rounds since the last clean one
+        self.waited_quiet = False  # a quiet machine was waited for once after drops in a row
         self.taken_in: list[tuple | None] = []  # per clean round: (case serial, case round) that took it
         self.attempts = 0
         self.reads: set[str] = set()  # keys of the probe calls its rounds read (ProbeContext.probe)
