@@ -226,7 +226,8 @@ def test_cli_compare_list_validate(vp):
     vp.runpytest("--voiceperf", "--voiceperf-json", "new.json")
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
     assert res.ret == 1
-    res.stdout.fnmatch_lines(["REGRESSED*c-rate*metric*-49.*%*interval*rounds 3 vs 3) regressed", "*regressed, 0 improved*"])
+    res.stdout.fnmatch_lines(["REGRESSED*c-rate*metric*-49.*%*interval*rounds 3 vs 3) regressed; why: *rate -49.*",
+                              "*regressed, 0 improved*", "guarded 4 of 4 figures (100%)"])
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "old.json", "--fail")
     assert res.ret == 0
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
