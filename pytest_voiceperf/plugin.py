@@ -102,6 +102,10 @@ def pytest_addoption(parser):
                   default="pass")
     parser.addini("voiceperf_gate_max_rounds", "with a baseline: rounds a case may take until the gate decides "
                   "its figures", default="10")
+    parser.addini("voiceperf_gate_round_seconds", "with a baseline: seconds the rounds added until the gate decides "
+                  "may take per case", default="180")
+    parser.addini("voiceperf_save_min_rounds", "rounds per timed case of a run saved with --voiceperf-save (a "
+                  "baseline's rounds bound what later runs can decide; --voiceperf-rounds wins)", default="6")
     parser.addini("voiceperf_quiet_wait", "after min_rounds rounds of a probe dropped in a row as disturbed: seconds "
                   "to wait for a quiet machine before taking them again (0: give up at once)", default="120")
     parser.addini("voiceperf_engine_args", "engine options, one per line: FAMILY:KEY=VALUE", type="linelist",
@@ -240,6 +244,9 @@ def pytest_sessionstart(session):
         disturbed_cpu=_disturbed_cpu(config),
         gate_max_rounds=int(ini_float("voiceperf_gate_max_rounds")),
         quiet_wait=ini_float("voiceperf_quiet_wait"),
+        gate_round_seconds=ini_float("voiceperf_gate_round_seconds"),
+        save_min_rounds=(int(ini_float("voiceperf_save_min_rounds"))
+                         if config.getoption("voiceperf_save") and not config.getoption("voiceperf_rounds") else 0),
         engine_args=engine_args(list(config.getini("voiceperf_engine_args")) +
                                 list(config.getoption("voiceperf_engine_arg"))),
         **_rounds(config),

@@ -120,6 +120,8 @@ class Options:
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
     gate_max_rounds: int = 10  # with a baseline: rounds a case may take until the gate decides its figures
     quiet_wait: float = 120.0  # after min_rounds disturbed rounds in a row: seconds to wait for a quiet machine
+    gate_round_seconds: float = 180.0  # with a baseline: seconds the rounds added for the gate may take per case
+    save_min_rounds: int = 0  # a run saved as a baseline (--voiceperf-save): rounds per timed case at least
     engine_args: dict[str, dict] = field(default_factory=dict)  # engine family -> options (ini, command line)
 
 
@@ -579,6 +581,11 @@ class VoiceperfSession:
         rc = claim.rounds
         n_min = rc.min or self.options.min_rounds
         n_max = max(n_min, rc.max or self.options.max_rounds)
+        if self.options.save_min_rounds and not rc.min:
+            # a saved run is a baseline: its rounds bound what any later run can decide against it
+            # (3 baseline rounds leave the Welch interval a t quantile of 2 degrees of freedom)
+            n_min = max(n_min, self.options.save_min_rounds)
+            n_max = max(n_max, n_min)
         exact = self._exact_metric(claim.metric, calls)
         if exact:  # counts, not timings: one round decides
             n_min = n_max = 1
@@ -620,7 +627,8 @@ class VoiceperfSession:
                     break
                 spent = time.monotonic() - started
                 cap = n_max if not waiting else max(n_max, self.options.gate_max_rounds)
-                if n >= cap or spent > budget or time.monotonic() + spent / n > deadline:
+                limit = budget if not waiting else max(budget, self.options.gate_round_seconds)
+                if n >= cap or spent > limit or time.monotonic() + spent / n > deadline:
                     break
                 if undecided and not waiting:
                     hopeless = stats.futile(ev["round_values"], *claim.expect.bounds(), n_max, self._floor(claim))

@@ -41,7 +41,7 @@ def test_regression_fails_only_that_claim_with_numbers(vp):
     assert "claims/b.yaml::c-other PASSED" in out and "claims/a.yaml::c-rate FAILED" in out
     assert "regressed against baseline" in out
     assert re.search(r"m\.rate \[tok/s\]: 0\.99\d* -> 0\.70\d* \(-29\.\d% interval \[-\d\d\.\d%, -\d\d\.\d%\], "
-                     r"rounds 3 vs 3\) regressed", out), out
+                     r"rounds 6 vs 3\) regressed", out), out
     assert res.ret == 1
 
 

@@ -33,10 +33,10 @@ run() {
   python3 -m pytest_voiceperf.cli compare "$out/$name.json" --format markdown > "$out/$name.md" 2>&1
   grep -E "^(REGRESSED|IMPROVED|INCONCLUSIVE|what changed|guarded|[0-9]+ regressed)" "$out/$name.log" | cut -c1-400
 }
-run base -k "not fp8" --voiceperf-save base
-run same -k "not fp8" --voiceperf-baseline base
+run base -k "0.6b and not fp8" --voiceperf-save base
+run same -k "0.6b and not fp8" --voiceperf-baseline base
 run deeper -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
 run eager -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:enforce_eager=true
 run option -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
-run plain -k "not fp8"
+run plain -k "0.6b and not fp8"
 echo "== all done"
