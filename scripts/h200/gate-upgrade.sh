@@ -16,6 +16,7 @@ out=/tmp/keep/gate
 mkdir -p "$out" /tmp/models/qwen3-0.6b-36l
 rm -rf .voiceperf
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+K=${GATE_K:-0.6b and not fp8}  # which cases (pytest -k)
 claims=()
 for f in claims/llm/llm-decode-*.yaml claims/llm/llm-batch*.yaml; do claims+=(--voiceperf-claims "$f"); done
 python3 -c "
@@ -33,10 +34,10 @@ run() {
   python3 -m pytest_voiceperf.cli compare "$out/$name.json" --format markdown > "$out/$name.md" 2>&1
   grep -E "^(REGRESSED|IMPROVED|INCONCLUSIVE|what changed|guarded|[0-9]+ regressed)" "$out/$name.log" | cut -c1-400
 }
-run base -k "0.6b and not fp8" --voiceperf-save base
-run same -k "0.6b and not fp8" --voiceperf-baseline base
-run deeper -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
-run eager -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:enforce_eager=true
-run option -k "0.6b and not fp8" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
-run plain -k "0.6b and not fp8"
+run base -k "$K" --voiceperf-save base
+run same -k "$K" --voiceperf-baseline base
+run deeper -k "$K" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
+run eager -k "$K" --voiceperf-baseline base --voiceperf-engine-arg vllm:enforce_eager=true
+run option -k "$K" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
+run plain -k "$K"
 echo "== all done"
