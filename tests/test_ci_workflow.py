@@ -31,8 +31,6 @@ CLAIM = """\
     metric: d.tok_s
     unit: tok/s
     expect: {min: 1}
-    # a 2-core CI machine moves more between runs than a GPU runner: this test checks the workflow
-    tolerance: 0.25
     """
 
 
@@ -44,7 +42,9 @@ def _project(tmp_path: Path) -> Path:
         d = p / "models" / name
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps(dict(LLAMA, num_hidden_layers=layers)))
-    (p / "pytest.ini").write_text("[pytest]\nvoiceperf_round_seconds = 120\n")
+    # a 2-core CI VM: its read bandwidth moves 20-30% between rounds and runs (22.6-31.2 GB/s seen in one
+    # run), and a ceiling that moves beyond the tolerance during a run makes its figures untestable
+    (p / "pytest.ini").write_text("[pytest]\nvoiceperf_round_seconds = 120\nvoiceperf_tolerance = 0.3\n")
     return p
 
 
