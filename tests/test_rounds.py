@@ -1,8 +1,8 @@
 """Verdicts from independent rounds: the interval, the sequential stop, modes, disturbed rounds, the gate."""
 import json
 import subprocess
-import threading
 import sys
+import threading
 import time
 
 import pytest
