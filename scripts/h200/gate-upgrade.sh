@@ -36,8 +36,8 @@ run() {
 }
 run base -k "$K" --voiceperf-save base
 run same -k "$K" --voiceperf-baseline base
-run deeper -k "$K" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
 run eager -k "$K" --voiceperf-baseline base --voiceperf-engine-arg vllm:enforce_eager=true
+run deeper -k "$K" --voiceperf-baseline base --voiceperf-model qwen3-0.6b=/tmp/models/qwen3-0.6b-36l
 run option -k "$K" --voiceperf-baseline base --voiceperf-engine-arg vllm:max_num_seqs=512
 run plain -k "$K"
 echo "== all done"
