@@ -12,6 +12,7 @@ set -uo pipefail
 . scripts/h200/install.sh >/dev/null
 export PYTHONUNBUFFERED=1 VLLM_LOGGING_LEVEL=WARNING TOKENIZERS_PARALLELISM=false
 export VOICEPERF_CACHE=${VOICEPERF_CACHE:-/tmp/vpcache}
+# NO_VLLM=1 (install.sh): the LLM probes run on the transformers engine
 out=/tmp/keep/gate
 mkdir -p "$out" /tmp/models/qwen3-0.6b-36l
 rm -rf .voiceperf
@@ -23,8 +24,10 @@ python3 -c "
 import json; from pytest_voiceperf import models
 json.dump(dict(models.get('qwen3-0.6b').config, num_hidden_layers=36), open('/tmp/models/qwen3-0.6b-36l/config.json', 'w'))"
 
+runs=" ${GATE_RUNS:-base same eager deeper option plain} "  # which of the runs below
 run() {
   local name=$1; shift
+  case "$runs" in *" $name "*) ;; *) return;; esac
   local t0; t0=$(date +%s)
   echo "== $name: $*"
   python3 -m pytest -p pytest_voiceperf.plugin -p no:cacheprovider --voiceperf --voiceperf-device cuda \
