@@ -30,7 +30,7 @@ from .explain import explain
 from .probes import call_key
 from .record import ResultRecord, ResultsFile, results_file
 from .record import result as as_result
-from .stats import compare_rounds
+from .stats import MIN_ROUNDS_GATE, compare_rounds
 
 HIGHER = ("tok/s", "B/s", "FLOP/s", "streams", "x")
 LOWER = ("s", "ms", "rtf", "RTF")
@@ -359,7 +359,7 @@ class Gate:
             if r is None:
                 continue
             figs = [(name, key) for name, key, _, value, _, _ in figures(r, self.all_figures) if value is not None]
-            if not figs and (r.is_disturbed or r.higher_is_better is not None):
+            if not figs and r.is_disturbed:
                 figs = [("metric", None)]  # a disturbed baseline case offers its figure all the same: unguarded
             for name, key in figs:
                 self.offered.setdefault(key or f"{nid}::{name}", nid)
@@ -462,25 +462,30 @@ class Gate:
         """How much of what the baseline offers this run was decided: guarded (regressed, improved,
         unchanged) of offered, and why the rest was not (inconclusive, untestable, or not compared)."""
         decided, why = 0, {}  # type: tuple[int, dict[str, int]]
+        by_design = 0  # figures this run itself gives once (a search's one figure a run): never testable
         for _, comps in self.seen:
             for x in comps:
                 if x.verdict in GUARDED:
                     decided += 1
+                elif x.verdict == "untestable" and x.rounds and x.rounds[1] < MIN_ROUNDS_GATE and x.rounds[1] <= 1:
+                    by_design += 1
                 else:
                     k = x.verdict + (": " + x.note.split(":")[0] if x.verdict == "untestable" and x.note else "")
                     why[k] = why.get(k, 0) + 1
-        offered = max(len(self.offered), decided + sum(why.values()))
+        offered = max(len(self.offered) - by_design, decided + sum(why.values()))
         missing = offered - decided - sum(why.values())
         if missing > 0:
             why["not compared (case not measured or not run)"] = missing
         share = decided / offered if offered else 1.0
         return {"guarded": decided, "offered": offered, "share": round(share, 4), "not_guarded": why,
-                "min_guarded": self.min_guarded, "enough": share >= self.min_guarded}
+                "one_figure_per_run": by_design, "min_guarded": self.min_guarded, "enough": share >= self.min_guarded}
 
     def guarded_line(self) -> str:
         g = self.guarded()
         why = "; ".join(f"{n} {k}" for k, n in g["not_guarded"].items())
         line = f"guarded {g['guarded']} of {g['offered']} figures ({g['share'] * 100:.0f}%)" + (f"; {why}" if why else "")
+        if g["one_figure_per_run"]:
+            line += f"; besides, {g['one_figure_per_run']} figures this run gives once (a search: no rounds to compare)"
         if not g["enough"]:
             line += (f". FAILED: below the {self.min_guarded * 100:g}% the gate needs (ini voiceperf_min_guarded): "
                      "a baseline or run that leaves most figures undecided does not pass as a gate")
