@@ -119,3 +119,20 @@ def test_the_operators_engine_options_are_parsed_and_checked():
     for bad in ("enforce_eager=true", "vllm:enforce_eager", "nemo:x=1", "vllm:model=/x"):
         with pytest.raises(pytest.UsageError):
             engine_args([bad])
+
+
+def test_a_figure_this_run_gives_once_is_not_held_against_the_gate_but_named():
+    # a search (asr.streams) gives one figure a run: no rounds to compare, by design of the probe
+    base = {"results": [_rec("a", [100.0, 100.5, 99.5]), _rec("s", [256.0])]}
+    g = Gate("b.json", base, tolerance=0.10, alpha=0.05, min_guarded=0.8)
+    g.plan(["a", "s"])
+    g.check(_rec("a", [100.0, 100.2, 99.8]))
+    g.check(_rec("s", [576.0]))
+    assert g.guarded()["one_figure_per_run"] == 2 and g.guarded()["offered"] == 2 and g.guarded()["enough"]
+    assert g.guarded_line() == ("guarded 2 of 2 figures (100%); besides, 2 figures this run gives once (a search: "
+                                "no rounds to compare)")
+    # a baseline that says one round where this run took three cannot switch the gate off
+    g = Gate("b.json", {"results": [_rec("a", [100.0])]}, tolerance=0.10, alpha=0.05, min_guarded=0.8)
+    g.plan(["a"])
+    g.check(_rec("a", [100.0, 100.2, 99.8]))
+    assert g.guarded()["guarded"] == 0 and not g.guarded()["enough"]
