@@ -9,6 +9,7 @@
 #   VOICEPERF_MAIN     the branch whose runs become the baseline (default main)
 #   VOICEPERF_OUT      folder for results.json, gate.md, junit.xml, report/ (default voiceperf-out)
 #   VOICEPERF_PYTHON   the interpreter with pytest-voiceperf and the engines (default python)
+#   VOICEPERF_SAVE_ROUNDS  rounds per case of a run on main (default 6, as --voiceperf-save takes)
 #   extra arguments    go to pytest (claims, --voiceperf-profile, --voiceperf-model, engine options)
 # Exit status: pytest's (0: no regression, no claim that passed in the baseline fails now; 1: one
 # did, or the gate decided too few of the baseline's figures; 4: a usage error, e.g. another GPU).
@@ -19,8 +20,12 @@ main=${VOICEPERF_MAIN:-main}
 branch=${VOICEPERF_BRANCH:-$(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo "")}
 mkdir -p "$out"
 
+# a run on main may become the baseline: its rounds bound what later runs can decide against it (with 3,
+# the baseline's side of the interval has 2 degrees of freedom), so it takes as many as a saved run
+rounds=()
+if [ "$branch" = "$main" ]; then rounds=(--voiceperf-rounds "${VOICEPERF_SAVE_ROUNDS:-6}"); fi
 "$py" -m pytest --voiceperf --voiceperf-baseline "$main" --voiceperf-json "$out/results.json" \
-  --junitxml "$out/junit.xml" "$@"
+  --junitxml "$out/junit.xml" "${rounds[@]}" "$@"
 rc=$?
 
 if [ -f "$out/results.json" ]; then
