@@ -269,7 +269,8 @@ def _engine_key(e: dict) -> str:
                                       s.get("quantization") or "", s.get("quant") or "") if x)
 
 
-ENGINE_OPTIONS = ("engine_version", "engine_args", "enforce_eager", "max_num_seqs", "kv_cache_dtype",
+# (engine versions are in the packages' lines already)
+ENGINE_OPTIONS = ("engine_args", "enforce_eager", "max_num_seqs", "kv_cache_dtype",
                   "prefix_caching", "max_model_len", "compile", "precision")
 
 
@@ -305,16 +306,10 @@ def changes(old: dict, new: dict) -> list[str]:
         a, b = dict(was.get("info") or {}), dict(e.get("info") or {})
         a.setdefault("engine_args", (was.get("spec") or {}).get("engine_args"))
         b.setdefault("engine_args", (e.get("spec") or {}).get("engine_args"))
-        diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in ENGINE_OPTIONS
-                if a.get(k) != b.get(k) and not (k == "engine_version" and f"{_pkg_of(e)} " in " ".join(out))]
+        diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in ENGINE_OPTIONS if a.get(k) != b.get(k)]
         if diff:
             out.append(f"engine {_engine_key(e)}: " + ", ".join(diff))
     return list(dict.fromkeys(out))
-
-
-def _pkg_of(e: dict) -> str:
-    return {"vllm": "vllm", "nemo": "nemo_toolkit", "voxcpm": "voxcpm", "llamacpp": "llama_cpp_python"}.get(
-        str(e.get("family")), str(e.get("family")))
 
 
 GUARDED = ("regressed", "improved", "unchanged")  # decided figures: the gate guards them

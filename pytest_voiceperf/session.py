@@ -622,7 +622,7 @@ class VoiceperfSession:
                 ev = self._evaluate(claim, calls, names, n, exact, at)
                 undecided = ev["decision"] == "inconclusive" and not ev["deterministic"]
                 # with a baseline, rounds also go on until each figure the gate compares is decided
-                waiting = [] if ev["deterministic"] else self._gate_pending(case, calls, result, at, n, ev)
+                waiting = [] if ev["deterministic"] else self._gate_pending(calls, result, at, n, ev)
                 if not undecided and not waiting:
                     break
                 spent = time.monotonic() - started
@@ -677,7 +677,7 @@ class VoiceperfSession:
             raise VerdictFailed(f"{fmt_value(result.value, claim.unit)} is not {claim.expect.describe()} "
                                 f"(interval {ci_txt}, {result.rounds} rounds;{mode_txt or ' ' + ev['ci_method']})")
 
-    def _gate_pending(self, case, calls, result: CaseResult, at, n: int, ev: dict) -> list[str]:
+    def _gate_pending(self, calls, result: CaseResult, at, n: int, ev: dict) -> list[str]:
         """The figures the baseline gate still cannot decide for this case after n rounds (a look at a
         copy of the result: nothing is recorded)."""
         if self.gate is None or self.gate.by_nodeid.get(result.nodeid) is None:
