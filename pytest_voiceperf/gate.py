@@ -14,7 +14,8 @@ mean log figure at one-sided level alpha / m, m = the figures the baseline offer
 - **untestable**: fewer than 3 rounds on a side (a file from before rounds has one), or a side
   was measured on a disturbed machine (``untestable: disturbed``), or a ceiling the case's
   probes were checked against (bf16 matmul, read bandwidth: measured in each session) moved beyond
-  the tolerance between the two runs (``untestable: machine changed``; counts are still compared).
+  the tolerance between the two runs, decided over the ceiling's rounds where both runs recorded
+  them (``untestable: machine changed``; counts are still compared).
 
 Compared by default: the claim's metric (when its direction is known) and each probe's primary
 figure (its first declared output with a direction: rates up, times down), each probe call once
@@ -133,12 +134,29 @@ def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> s
                 if not d or not d.get(fig) or not c.get(fig):
                     continue
                 ch = c[fig] / d[fig] - 1.0
-                if abs(ch) > tolerance:
-                    what = (f"its {c.get('label') or key}" if kind == "ceilings" else
-                            f"the {c.get('probe') or key} its rounds read")
-                    out.append(f"{what} was {d[fig]:.4g} in the baseline and {c[fig]:.4g} in this run "
-                               f"({ch * 100:+.1f}%)")
+                if abs(ch) <= tolerance:
+                    continue
+                what = (f"its {c.get('label') or key}" if kind == "ceilings" else
+                        f"the {c.get('probe') or key} its rounds read")
+                seen = f"{what} was {d[fig]:.4g} in the baseline and {c[fig]:.4g} in this run ({ch * 100:+.1f}%)"
+                # with the ceiling's rounds on both sides, the move must be decided beyond the tolerance
+                # (a 2-core VM's read bandwidth: best rounds 30.8 and 25.6 GB/s in two runs minutes apart,
+                # 30.5 GB/s when read again at the end of the second)
+                ro, rn = _numbers(d.get("rounds")), _numbers(c.get("rounds"))
+                if len(ro) >= stats.MIN_ROUNDS_GATE and len(rn) >= stats.MIN_ROUNDS_GATE:
+                    rc = stats.compare_rounds(ro, rn, True, tolerance, MACHINE_ALPHA)
+                    if rc.verdict not in ("regressed", "improved"):
+                        continue
+                    seen += f", interval [{rc.ci[0] * 100:+.1f}%, {rc.ci[1] * 100:+.1f}%] over its rounds"
+                out.append(seen)
     return "; ".join(dict.fromkeys(out))
+
+
+MACHINE_ALPHA = 0.05  # one-sided level at which a ceiling's rounds say the machine moved between the runs
+
+
+def _numbers(xs) -> list[float]:
+    return [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)] if isinstance(xs, list) else []
 
 
 def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance: float, alpha: float,

@@ -502,16 +502,18 @@ class VoiceperfSession:
             for pname, pargs, out, label in ceiling_for(key, self.device):
                 try:
                     self.measure(pname, pargs, ctx)
-                    # the best round: a ceiling is what the hardware can do
-                    found.append((self._probed(pname, pargs).best(out), label))
+                    # the best round: a ceiling is what the hardware can do; its rounds go with it, so
+                    # that the gate can tell a machine that changed from a ceiling's own spread
+                    cp = self._probed(pname, pargs)
+                    found.append((cp.best(out), label, [r.values[out] for r in cp.rounds]))
                 except Unmeasured as exc:
                     why.append(str(exc))
             if not found:
                 m.info.setdefault("ceiling_unchecked", {})[key] = "; ".join(why)
                 continue
-            ceil, label = max(found, key=lambda c: c[0])
+            ceil, label, rounds = max(found, key=lambda c: c[0])
             m.info.setdefault("ceilings", {})[key] = {"implied": implied, "ceiling": ceil, "ratio": implied / ceil,
-                                                      "label": label}
+                                                      "label": label, "rounds": rounds}
             if implied > ceil * (1 + self.options.ceiling_slack):
                 unit = _ceiling_unit(key)
                 raise InvalidMeasurement(
@@ -941,7 +943,8 @@ class VoiceperfSession:
                 name = CEILING_OUTPUTS[hit.name]
                 v = hit.aggregate().values.get(name)
                 if isinstance(v, (int, float)) and v:
-                    out[k] = {"probe": hit.name, "output": name, "value": float(v)}
+                    out[k] = {"probe": hit.name, "output": name, "value": float(v),
+                              "rounds": [float(r.values[name]) for r in hit.rounds]}
         return out
 
     def _reads_of(self, pr: Probed) -> list[str]:
