@@ -5,6 +5,8 @@ A claim file is one YAML mapping (see README). :func:`load_claim` returns a
 """
 from __future__ import annotations
 
+import collections
+import hashlib
 import itertools
 import json
 import math
@@ -171,7 +173,8 @@ class ClaimModel(_Strict):
     xfail: Xfail | None = None
     reference: Reference | None = None
     profiles: dict[str, str] = Field(default_factory=dict, description="profile -> expression selecting the cases it runs")
-    timeout: float | None = Field(None, gt=0, description="seconds for one case (default: ini voiceperf_timeout)")
+    timeout: float | None = Field(None, gt=0, le=86400, description="seconds for one case (default: ini "
+                                  "voiceperf_timeout; a limit the operator sets is a cap)")
     marks: list[str] = Field(default_factory=list)
     noise: Noise = Field(default_factory=Noise)
     rounds: Rounds = Field(default_factory=Rounds)
@@ -256,6 +259,7 @@ class Claim:
     path: Path
     lines: yamlsafe.Loaded
     calls: list[ProbeCall] = field(default_factory=list)
+    sha: str = ""  # of the file's bytes: a resumed case is kept only while its claim file is unchanged
 
     @property
     def id(self) -> str:
@@ -282,6 +286,16 @@ class Claim:
             ident = "-".join(_ident(v) for v in combo)
             stand = {"model": self.model.params["model"][0]} if values.get("model") in own else {}
             out.append(Case(self, values, ident, stand))
+        # values that read alike ("a b" and "a_b", 1 and 1.0) must not share an id: one result would
+        # overwrite the other in the results file, the gate and resume. Numbered as pytest's
+        # parametrize numbers its duplicate ids (a_b0, a_b1)
+        seen = collections.Counter(c.ident for c in out)
+        count: collections.Counter = collections.Counter()
+        for c in out:
+            if seen[c.ident] > 1:
+                base = c.ident
+                c.ident = f"{base}{count[base]}"
+                count[base] += 1
         return out or [Case(self, {}, "")]
 
 
@@ -334,18 +348,49 @@ def _pydantic_message(err: dict) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def load_claim(path: Path, probe_registry) -> Claim:
-    """Read, validate and statically check one claim file."""
-    path = Path(path)
+def _read_claim_bytes(path: Path, within: Path | None) -> bytes:
+    """The file's bytes, checked before reading: a regular file (a link to /dev/zero read until
+    memory ran out), inside ``within`` when a link leads elsewhere, at most MAX_FILE_BYTES (+1 read,
+    so that the size error names the limit)."""
+    import os
+    import stat
+
     try:
-        raw = path.read_bytes()
+        st = os.stat(path)
     except OSError as exc:
         raise ClaimError(path, None, f"cannot read the file: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ClaimError(path, None, "not a regular file (a device, FIFO or folder named like a claim file); remove it")
+    if within is not None and path.is_symlink():
+        target = path.resolve()
+        if not target.is_relative_to(Path(within).resolve()):
+            raise ClaimError(path, None, f"a link to {target}, outside the project ({within}); copy the claim in instead")
+    if st.st_size > yamlsafe.MAX_FILE_BYTES:
+        raise ClaimError(path, 1, f"file is {st.st_size} bytes, more than the {yamlsafe.MAX_FILE_BYTES} allowed for "
+                                  "a claim file")
+    try:
+        with open(path, "rb") as f:
+            return f.read(yamlsafe.MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ClaimError(path, None, f"cannot read the file: {exc.strerror}") from None
+
+
+def load_claim(path: Path, probe_registry, within: Path | None = None) -> Claim:
+    """Read, validate and statically check one claim file (``within``: the project folder that a
+    link may not lead out of)."""
+    path = Path(path)
+    raw = _read_claim_bytes(path, within)
     try:
         loaded = yamlsafe.load(raw)
     except yamlsafe.YamlError as exc:
         raise ClaimError(path, exc.line, exc.message) from None
     data = loaded.data
+    bad = _unsafe_text(data)
+    if bad:
+        keys, where = bad
+        raise ClaimError(path, loaded.line_of(keys) or loaded.line_of(keys[:-1]) or 1,
+                         f"{'.'.join(map(str, keys)) or 'the file'}: a control or bidirectional character ({where}); "
+                         "claim text is printed to terminals and pages: remove it")
     if not isinstance(data, dict):
         kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
         raise ClaimError(path, loaded.line_of(()), f"a claim file must be a mapping of keys (id, title, ...), not {kind}")
@@ -372,7 +417,7 @@ def load_claim(path: Path, probe_registry) -> Claim:
         e2["loc"] = tuple(path_loc) if path_loc else err["loc"]
         raise ClaimError(path, line, _pydantic_message(e2) + more) from None
 
-    claim = Claim(model=model, path=path, lines=loaded)
+    claim = Claim(model=model, path=path, lines=loaded, sha=hashlib.sha256(raw).hexdigest()[:16])
     param_names = set(model.params)
 
     # measure: probe names, arguments, templates
@@ -436,6 +481,28 @@ def load_claim(path: Path, probe_registry) -> Claim:
     return claim
 
 
+def _unsafe_text(data: Any) -> tuple[tuple, str] | None:
+    """The first key path whose string (or key) holds a control or bidi character, and where in it."""
+    from .textsafe import first_unsafe
+
+    todo: list[tuple[tuple, Any]] = [((), data)]
+    while todo:
+        keys, v = todo.pop()
+        if isinstance(v, str):
+            where = first_unsafe(v)
+            if where:
+                return keys, where
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                where = first_unsafe(k) if isinstance(k, str) else None
+                if where:
+                    return keys + (k,), where
+                todo.append((keys + (k,), x))
+        elif isinstance(v, list):
+            todo.extend((keys + (i,), x) for i, x in enumerate(v))
+    return None
+
+
 def check_arg(probe, name: str, value: Any) -> str | None:
     """Type and choice check of one probe argument against the probe's declared defaults/choices."""
     choices = getattr(probe, "choices", {}).get(name)
@@ -452,6 +519,9 @@ def check_arg(probe, name: str, value: Any) -> str | None:
             return f"{value!r} must be a finite number"
         if abs(value) > 1e15:
             return f"{value!r} is out of range"
+        rng = probe.range_of(name) if hasattr(probe, "range_of") else None
+        if rng is not None and not rng[0] <= value <= rng[1]:
+            return f"{value!r} is out of range: {probe.name} takes {name} from {rng[0]:g} to {rng[1]:g}"
     elif isinstance(default, str):
         if not isinstance(value, str):
             return f"{value!r} must be a string"

@@ -15,7 +15,7 @@ def _claim_files(paths: list[str]) -> list[Path]:
     for p in paths or ["claims"]:
         path = Path(p)
         if path.is_dir():
-            out += sorted(q for q in path.rglob("*") if q.suffix in (".yaml", ".yml") and q.is_file())
+            out += sorted(q for q in path.rglob("*") if q.suffix in (".yaml", ".yml") and not q.is_dir())
         elif path.exists():
             out.append(path)
         else:
@@ -47,16 +47,24 @@ def _conftests(paths: list[str]) -> list[Path]:
     return list(found)
 
 
-def _registry(paths: list[str] | None = None):
+def _registry(paths: list[str] | None = None, conftest: bool = False):
     """The same registry as a pytest run over ``paths``: built-ins, installed plugins' probes
-    (entry points) and the probes conftest.py files add through ``pytest_voiceperf_add_probes``."""
+    (entry points) and, with ``conftest``, the probes conftest.py files add through
+    ``pytest_voiceperf_add_probes``. Loading a conftest.py runs it: a CI job that lints a pull
+    request's claims must not run the pull request's code, so it is the user's choice."""
     import importlib.util
 
     from .probes import DuplicateProbe, load_registry
 
     try:
         reg = load_registry(on_error=lambda msg: print(f"warning: {msg}", file=sys.stderr))
-        for i, c in enumerate(_conftests(paths or [])):
+        found = _conftests(paths or [])
+        if found and not conftest:
+            print(f"note: {len(found)} conftest.py file(s) not loaded (loading runs their code): claims that use "
+                  f"probes they add are reported as unknown probes; --conftest loads them ({found[0]})",
+                  file=sys.stderr)
+            found = []
+        for i, c in enumerate(found):
             try:
                 spec = importlib.util.spec_from_file_location(f"_voiceperf_conftest_{i}", c)
                 assert spec is not None and spec.loader is not None
@@ -78,11 +86,11 @@ def _registry(paths: list[str] | None = None):
 def cmd_list(args) -> int:
     from .claims import ClaimError, load_claim
 
-    reg = _registry(args.paths)
+    reg = _registry(args.paths, args.conftest)
     bad = 0
     for f in _claim_files(args.paths):
         try:
-            c = load_claim(f, reg)
+            c = load_claim(f, reg, Path.cwd())
         except ClaimError as e:
             print(f"INVALID {e.render()}")
             bad += 1
@@ -98,12 +106,12 @@ def cmd_list(args) -> int:
 def cmd_validate(args) -> int:
     from .claims import ClaimError, load_claim
 
-    reg = _registry(args.paths)
+    reg = _registry(args.paths, args.conftest)
     ok = bad = 0
     ids: dict[str, str] = {}
     for f in _claim_files(args.paths):
         try:
-            c = load_claim(f, reg)
+            c = load_claim(f, reg, Path.cwd())
         except ClaimError as e:
             print(e.render())
             bad += 1
@@ -241,11 +249,15 @@ def cmd_report(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="voiceperf", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
+    conftest_help = ("load the conftest.py files pytest would load, for the probes they add (runs their code: not "
+                     "for a pull request's files)")
     s = sub.add_parser("list", help="the claims, their params and what they need")
     s.add_argument("paths", nargs="*")
+    s.add_argument("--conftest", action="store_true", help=conftest_help)
     s.set_defaults(fn=cmd_list)
-    s = sub.add_parser("validate", help="schema and expression check with file:line errors")
+    s = sub.add_parser("validate", help="schema and expression check with file:line errors (runs no code)")
     s.add_argument("paths", nargs="+")
+    s.add_argument("--conftest", action="store_true", help=conftest_help)
     s.set_defaults(fn=cmd_validate)
     s = sub.add_parser("compare", help="compare two results files as the baseline gate does (NEW alone: against "
                                        "the baseline that run was gated against, with its settings)")

@@ -25,7 +25,7 @@ class ClaimFile(pytest.File):
         # a conftest.py beside the claims can add probes (loaded before this file is collected)
         self.ihook.pytest_voiceperf_add_probes(registry=state.registry)
         try:
-            claim = load_claim(self.path, state.registry)
+            claim = load_claim(self.path, state.registry, self.config.rootpath)
         except ClaimError as err:
             err.path = self.nodeid  # the path as the user typed it, relative to rootdir
             yield InvalidClaimItem.from_parent(self, name=self.path.stem, error=err)
@@ -67,7 +67,7 @@ class ClaimItem(pytest.Item):
         self.case = case
         self.line = claim.line("id")
         self.result = CaseResult(claim=claim.id, nodeid=self.nodeid, params=dict(case.params),
-                                 path=str(claim.path), line=self.line)
+                                 path=str(claim.path), line=self.line, claim_sha=claim.sha)
         families = {_family(c.probe) for c in claim.calls}
         from .state import FAMILY_MARKS
 

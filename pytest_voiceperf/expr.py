@@ -134,6 +134,26 @@ class _Outputs:
         return values[name]
 
 
+def _number(x: Any) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TypeError(f"arithmetic needs numbers, not the {type(x).__name__} {str(x)[:40]!r}")
+    return float(x)
+
+
+def _arith(op):
+    # arithmetic is done on floats: a power of a power (((9**16)**16)**16...) overflows at once
+    # instead of building an integer of billions of digits, and a param string times a number
+    # ('qwen3-0.6b' * 10**16) is an error instead of a MemoryError at collection
+    return lambda a, b: op(_number(a), _number(b))
+
+
+_OPERATORS = {ast.Add: _arith(lambda a, b: a + b), ast.Sub: _arith(lambda a, b: a - b),
+              ast.Mult: _arith(lambda a, b: a * b), ast.Div: _arith(lambda a, b: a / b),
+              ast.FloorDiv: _arith(lambda a, b: a // b), ast.Mod: _arith(lambda a, b: a % b),
+              ast.Pow: _arith(lambda a, b: a ** b),
+              ast.USub: lambda a: -_number(a), ast.UAdd: lambda a: +_number(a)}
+
+
 def evaluate(text: str, names: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]] | None = None) -> Any:
     """Evaluate an expression already accepted by :func:`check`."""
     env = dict(CONSTANTS)
@@ -141,11 +161,13 @@ def evaluate(text: str, names: Mapping[str, Any], outputs: Mapping[str, Mapping[
     for alias, values in (outputs or {}).items():
         env[alias] = _Outputs(values)
     ev = simpleeval.SimpleEval(names=env, functions=FUNCTIONS)
+    ev.operators = {**ev.operators, **_OPERATORS}
     # check() accepts tuples; simpleeval's plain evaluator has no node for them
     ev.nodes[ast.Tuple] = lambda node: tuple(ev._eval(e) for e in node.elts)
     try:
         return ev.eval(text.strip())
     except ZeroDivisionError:
         raise ExprError(f"{text!r} divided by zero") from None
-    except (simpleeval.InvalidExpression, AttributeError, TypeError, ValueError, OverflowError) as exc:
-        raise ExprError(f"{text!r} could not be evaluated: {exc}") from None
+    except (simpleeval.InvalidExpression, AttributeError, TypeError, ValueError, OverflowError, ArithmeticError,
+            MemoryError, RecursionError) as exc:
+        raise ExprError(f"{text!r} could not be evaluated: {type(exc).__name__}: {exc}") from None

@@ -145,7 +145,7 @@ def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> s
                 ro, rn = _numbers(d.get("rounds")), _numbers(c.get("rounds"))
                 if len(ro) >= stats.MIN_ROUNDS_GATE and len(rn) >= stats.MIN_ROUNDS_GATE:
                     rc = stats.compare_rounds(ro, rn, True, tolerance, MACHINE_ALPHA)
-                    if rc.verdict not in ("regressed", "improved"):
+                    if rc.verdict not in ("regressed", "improved") or rc.ci is None:
                         continue
                     seen += f", interval [{rc.ci[0] * 100:+.1f}%, {rc.ci[1] * 100:+.1f}%] over its rounds"
                 out.append(seen)
@@ -575,7 +575,9 @@ class Gate:
 
 def _md(text: str) -> str:
     """A table cell: no Markdown or HTML from a claim or a results file reaches the page."""
-    out = " ".join(str(text).split())
+    from .textsafe import plain
+
+    out = " ".join(plain(str(text)).split())
     for ch in "\\`*_[]<|#!":  # '<' keeps raw HTML out; '>' alone starts nothing inside a line
         out = out.replace(ch, "\\" + ch)
     return out

@@ -247,7 +247,9 @@ def _templates():
     env = jinja2.Environment(loader=jinja2.PackageLoader("pytest_voiceperf", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "html.j2"]),
                              keep_trailing_newline=True, undefined=jinja2.ChainableUndefined)
-    env.filters["md"] = lambda c: str(c).replace("|", "/")
+    from .gate import _md
+
+    env.filters["md"] = _md  # no Markdown, HTML or control characters from a claim or a results file
     env.globals["fmt"] = _fmt
     return env
 
@@ -270,17 +272,21 @@ def write_report(results_path: str, out_dir: str) -> dict:
             print(f"voiceperf report: {title} plot skipped ({type(exc).__name__}: {exc})")
         if name:
             plots.append((title, name))
-    counts = prov.get("counts") or {}
-    gate = prov.get("gate") or {}
+    counts: dict = prov["counts"] if isinstance(prov.get("counts"), dict) else {}
+    gate: dict = prov["gate"] if isinstance(prov.get("gate"), dict) else {}
     gated = bool(gate.get("baseline"))
     rows = []
     for r in results:
-        cells: tuple[str, ...] = row(r)
-        iv = interval_text(r)
-        if iv:  # the interval over rounds (and modes) beside the figure
-            cells = (*cells[:2], f"{cells[2]}; {iv}", *cells[3:])
-        if gated:
-            cells = (*cells, gate_cell(r))
+        try:
+            cells: tuple[str, ...] = row(r)
+            iv = interval_text(r)
+            if iv:  # the interval over rounds (and modes) beside the figure
+                cells = (*cells[:2], f"{cells[2]}; {iv}", *cells[3:])
+            if gated:
+                cells = (*cells, gate_cell(r))
+        except Exception as exc:  # one odd record (a file from elsewhere) is a row that says so, not a lost report
+            cells = ("", r.claim or r.nodeid, f"unreadable record: {type(exc).__name__}: {exc}", "", "", "") + (
+                ("",) if gated else ())
         rows.append({"mark": MARK.get(r.outcome, r.outcome), "color": COLORS.get(r.outcome, "black"),
                      "cells": cells[1:], "reason": r.reason})
     chunk_rows = _asr_chunk_table(results)

@@ -18,6 +18,7 @@ from .state import (
     STASH_SESSION,
     STASH_STATE,
     State,
+    check_resume,
     gate_changes,
     get_session,
     kept,
@@ -26,6 +27,8 @@ from .state import (
     write_results,
 )
 from .stats import DEFAULT_TOLERANCE
+
+STASH_LOCK = pytest.StashKey[object]()
 
 
 def pytest_addhooks(pluginmanager):
@@ -87,7 +90,8 @@ def pytest_addoption(parser):
     parser.addini("voiceperf_claims", "claim files or folders", type="paths", default=[])
     parser.addini("voiceperf_claim_pattern", "regular expression a claim file's name must match under the claim "
                   "folders (a file named on the command line is always read)", default=r"\.ya?ml$")
-    parser.addini("voiceperf_timeout", "time limit of one claim case in seconds", default="900")
+    parser.addini("voiceperf_timeout", "time limit of one claim case in seconds (unset: 900, and a claim's own "
+                  "timeout stands; set: a cap no claim can raise)", default="")
     parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
     parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
     parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates (above the machine's "
@@ -236,7 +240,11 @@ def pytest_sessionstart(session):
         data=_kv(config.getoption("voiceperf_data"), "data"),
         bins=_kv(config.getoption("voiceperf_bin"), "bin"),
         spec_overrides=_kv(config.getoption("voiceperf_spec"), "spec", float),
-        timeout=config.getoption("voiceperf_timeout") or ini_float("voiceperf_timeout"),
+        # the ini's default is empty: set, it is the operator's cap that a claim's own timeout cannot raise
+        timeout=config.getoption("voiceperf_timeout") or (ini_float("voiceperf_timeout")
+                                                          if config.getini("voiceperf_timeout") else 900.0),
+        timeout_cap=config.getoption("voiceperf_timeout") or (
+            ini_float("voiceperf_timeout") if config.getini("voiceperf_timeout") else None),
         start_timeout=ini_float("voiceperf_start_timeout"),
         ceiling_slack=ini_float("voiceperf_ceiling_slack"),
         round_seconds=ini_float("voiceperf_round_seconds"),
@@ -263,6 +271,14 @@ def pytest_sessionstart(session):
     if reporter is not None:
         reporter._vp_quiet = config.get_verbosity() < 0
     config.stash[STASH_SESSION] = vs
+    out = config.getoption("voiceperf_json")
+    if out and not hasattr(config, "workerinput"):  # the controller writes the file; it holds its lock
+        from .results import Busy, WriterLock
+
+        try:
+            config.stash[STASH_LOCK] = WriterLock(out).acquire()
+        except Busy as exc:
+            raise pytest.UsageError(f"--voiceperf-json: {exc}") from None
     baseline = config.getoption("voiceperf_baseline")
     if baseline:
         g = _load_gate(config, vs, baseline)
@@ -389,6 +405,12 @@ def pytest_collection_modifyitems(session, config, items):
     vs = get_session(config)
     profile = vs.profile if vs else (config.getoption("voiceperf_profile") or "cpu")
     keep, dropped = [], []
+    if vs is not None and resumed(config):
+        again = check_resume(config, vs, {it.nodeid: (it.claim.sha, it.claim.model.expect) for it in items
+                                          if isinstance(it, ClaimItem)})
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        for line in again if tr is not None else []:
+            tr.write_line(f"voiceperf resume: {line}", yellow=True)
     done = resumed(config)  # cases an interrupted run already finished
     for item in items:
         if isinstance(item, ClaimItem) and (not item.in_profile(profile, vs.device if vs else "cpu")
@@ -555,9 +577,16 @@ def pytest_sessionfinish(session, exitstatus):
     gate = config.stash.get(STASH_GATE, None)
     if gate is not None and not interrupted and not gate.guarded()["enough"] and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED  # too little was guarded: the gate did not hold
+    state = config.stash.get(STASH_STATE, None)
+    if (state is not None and session.exitstatus == 0
+            and any(r.get("outcome") in ("failed", "error") for r in kept(config, state))):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a failure kept from the resumed run still fails it
     # the results file first, then the engines: a busy engine must not delay (or, killed with the
     # run, lose) what was measured
     doc = write_results(config, complete=not interrupted)
+    lock = config.stash.get(STASH_LOCK, None)
+    if lock is not None:
+        lock.release()
     if vs is not None:
         vs.close(interrupted=interrupted)
     save = config.getoption("voiceperf_save")

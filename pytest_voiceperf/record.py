@@ -12,10 +12,26 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = Path(__file__).with_name("results.schema.json")
+
+
+def _figure(x: Any) -> Any:
+    """A figure read from a file: a finite number or null (a string or a bool is not one: the gate and
+    the statistics would fail on it far from the file that held it)."""
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"{str(x)[:40]!r} is not a figure (a finite number or null)")
+    return x
+
+
+def _figures(xs: Any) -> Any:
+    if not isinstance(xs, list):
+        raise ValueError("must be a list of figures")
+    return [_figure(x) for x in xs]
 
 
 class ProbeRecord(BaseModel):
@@ -45,6 +61,16 @@ class ProbeRecord(BaseModel):
                                                             "by round (the same index here is the same round of the "
                                                             "case). Absent in older files: round r used "
                                                             "first_round + r")
+
+    @field_validator("values")
+    @classmethod
+    def _values(cls, v: dict) -> dict:
+        return {k: _figure(x) for k, x in v.items()}
+
+    @field_validator("samples")
+    @classmethod
+    def _samples(cls, v: dict) -> dict:
+        return {k: _figures(x) for k, x in v.items()}
 
 
 class ResultRecord(BaseModel):
@@ -89,6 +115,13 @@ class ResultRecord(BaseModel):
                                                                    "were taken in its setup (its duration_s holds "
                                                                    "them): engine, rounds, probes, cases, seconds")
     source: str | None = Field(None, description="the file a merged result came from")
+    claim_sha: str = Field("", description="sha256 (first 16 hex digits) of the claim file the case ran from: "
+                                           "--voiceperf-resume keeps a case only while its claim file is unchanged")
+
+    @field_validator("samples", "round_values", "rep_samples")
+    @classmethod
+    def _figure_lists(cls, v: list) -> list:
+        return _figures(v)
 
     @property
     def has_rounds(self) -> bool:

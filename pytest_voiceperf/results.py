@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .record import SCHEMA_VERSION, ResultRecord, ResultsFile, results_file
 
@@ -42,6 +43,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide a results file from the CI's other users
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
@@ -55,16 +57,135 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
-def read(path: str | os.PathLike) -> ResultsFile:
-    """A results file as records; anything else is a ValueError naming the file."""
-    path = Path(path)
+MAX_BYTES = 64 << 20  # a whole suite's file is a few MB; a baseline from a cache may be anything
+MAX_DEPTH = 32  # the deepest a run writes is under 10
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a figure (a results file holds finite numbers only)")
+
+
+def _finite(text: str) -> float:
+    v = float(text)
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} is not a finite number")
+    return v
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+class Busy(Exception):
+    """Another run writes this results file now."""
+
+
+class WriterLock:
+    """Held for a run by the one process that writes a results file (``PATH.lock``, flock): a second
+    run given the same --voiceperf-json is refused at its start instead of overwriting the first's
+    file and deleting its ``.partial``. The lock goes with the process, also when it is killed."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(str(path) + ".lock")
+        self._f: Any = None
+
+    def acquire(self) -> WriterLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            who = f.read().strip()[:80]
+            f.close()
+            raise Busy(f"another run writes {str(self.path)[:-5]} now ({who or 'pid unknown'}); give this one "
+                       "another --voiceperf-json, or wait for it") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()}\n")
+        f.flush()
+        self._f = f
+        return self
+
+    def release(self) -> None:
+        if self._f is not None:
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+            self._f.close()
+            self._f = None
+
+
+def read_text_file(path: Path, limit: int = MAX_BYTES) -> str:
+    """The text of a regular file of at most ``limit`` bytes, checked before it is read: a link to
+    /dev/zero, a FIFO or a 10 GB file from a CI cache must not hang or fill memory. ValueError else."""
+    import stat
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{path}: not a regular file (a device, FIFO or folder); give the path of a file")
+    if st.st_size > limit:
+        raise ValueError(f"{path}: {st.st_size} bytes, more than the {limit} a file of this kind may have")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
+    if len(data) > limit:
+        raise ValueError(f"{path}: more than the {limit} bytes a file of this kind may have")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _clean(doc, path: Path):
+    """Strings without control characters (they would drive the terminal that prints them), and no
+    deeper than MAX_DEPTH: checked iteratively, a nesting bomb cannot overflow the stack."""
+    from .textsafe import plain
+
+    root = [doc]
+    todo: list[tuple[Any, Any, int]] = [(root, 0, 0)]
+    while todo:
+        box, key, depth = todo.pop()
+        v = box[key]
+        if isinstance(v, str):
+            box[key] = plain(v)
+        elif isinstance(v, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise ValueError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a voiceperf results file")
+            if isinstance(v, dict):
+                for k in list(v):
+                    if isinstance(k, str) and plain(k) != k:
+                        v[plain(k)] = v.pop(k)
+                        k = plain(k)
+                    todo.append((v, k, depth + 1))
+            else:
+                todo.extend((v, i, depth + 1) for i in range(len(v)))
+    return root[0]
+
+
+def read(path: str | os.PathLike) -> ResultsFile:
+    """A results file as records; anything else is a ValueError naming the file (and the record)."""
+    path = Path(path)
+    text = read_text_file(path)
+    try:
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError(f"{path}: nested too deep; not a voiceperf results file") from None
+    except ValueError as exc:
         raise ValueError(f"{path}: not a voiceperf results file ({exc})") from None
     if not isinstance(doc, dict) or "results" not in doc or "provenance" not in doc:
         raise ValueError(f"{path}: not a voiceperf results file (no 'provenance'/'results')")
-    return results_file(doc, str(path))
+    return results_file(_clean(doc, path), str(path))
 
 
 def _engines(result: ResultRecord) -> list[str]:

@@ -1,6 +1,7 @@
 """The voiceperf session: probes measured once and shared, ceilings, engines, results."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -91,6 +92,7 @@ class CaseResult:
     # the first case of a group of cases sharing rounds (see VoiceperfSession.plan): the group's
     # rounds were taken in its setup, so its duration_s holds them, for every case of the group
     shared_rounds: dict | None = None
+    claim_sha: str = ""  # of the claim file (see Claim.sha)
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -110,6 +112,7 @@ class Options:
     bins: dict[str, str] = field(default_factory=dict)  # native engines by name: library or build folder
     spec_overrides: dict[str, float] = field(default_factory=dict)
     timeout: float = 900.0
+    timeout_cap: float | None = None  # --voiceperf-timeout or the ini, when the operator set one
     start_timeout: float = 600.0
     ceiling_slack: float = 0.03
     max_live_engines: int = 1
@@ -440,7 +443,14 @@ class VoiceperfSession:
         watch = Watch(cpu_limit=self.options.disturbed_cpu, gpu=self.device == "cuda", own_only=own_only).start()
         try:
             with self.timing.phase(timing.IN_PROCESS):  # engine starts and calls inside are their own phases
-                m = spec(rctx, **pr.args)
+                if own_only:  # an engine call has its own time limit; code in this process has none
+                    with time_limit(rctx.deadline - time.monotonic()):
+                        m = spec(rctx, **pr.args)
+                else:
+                    m = spec(rctx, **pr.args)
+        except TimeLimit:
+            raise EngineError(f"probe {pr.name} ran past the case's time limit (claim timeout or "
+                              f"--voiceperf-timeout) and was stopped") from None
         except Unmeasured as exc:
             if not pr.rounds:  # a probe that cannot run here says so once for the session
                 self._cache[self._key(pr.name, pr.args)] = exc
@@ -541,10 +551,8 @@ class VoiceperfSession:
                 have = torch.cuda.device_count()
             return None if have >= n else f"needs {n} GPUs, this worker has {have}"
         if req.startswith("module:"):
-            import importlib.util
-
             mod = req[7:]
-            return None if importlib.util.find_spec(mod) else f"module {mod!r} is not installed"
+            return None if module_present(mod) else f"module {mod!r} is not installed"
         if req.startswith("weights:"):
             name = req[8:]
             return None if name in self.options.model_overrides else (
@@ -575,7 +583,9 @@ class VoiceperfSession:
             why = self.requirement_unmet(_substitute(req, case.params))
             if why:
                 raise Unmeasured(why)
-        deadline = time.monotonic() + (claim.timeout or self.options.timeout)
+        # a claim's own timeout stands in for the default; a limit the operator set is a cap it cannot raise
+        limit = min(claim.timeout or self.options.timeout, self.options.timeout_cap or math.inf)
+        deadline = time.monotonic() + limit
         ctx = ProbeContext(self, deadline)
         calls = case.calls()
         names = dict(case.params)
@@ -619,7 +629,7 @@ class VoiceperfSession:
                         for call in block:
                             self._round_of(call, at, r, ctx)
                             if time.monotonic() > deadline:
-                                raise EngineError(f"the claim's time limit of {claim.timeout or self.options.timeout:.0f}s "
+                                raise EngineError(f"the claim's time limit of {limit:.0f}s "
                                                   "was hit")
                 ev = self._evaluate(claim, calls, names, n, exact, at)
                 undecided = ev["decision"] == "inconclusive" and not ev["deterministic"]
@@ -1181,6 +1191,59 @@ def _fmt_ci(ci, unit: str) -> str:
     if unit == "fraction":
         return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
     return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
+
+
+class TimeLimit(BaseException):
+    """An in-process probe ran past its case's deadline (a BaseException: a probe's own
+    ``except Exception`` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Stop the code inside after ``seconds`` (SIGALRM; the main thread only, and only where no
+    other handler, such as pytest-timeout's, holds the signal). An in-process probe with an absurd
+    argument from a claim file ran on past its claim's timeout."""
+    import signal
+    import threading
+
+    if (not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, signal.SIG_IGN, None)):
+        yield
+        return
+
+    def fire(signum, frame):
+        raise TimeLimit()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(0.01, seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def module_present(name: str) -> bool:
+    """Is the module installed? Looked up without importing anything: ``importlib.util.find_spec('a.b')``
+    imports ``a`` (a claim file's ``requires: [module:a.b]`` would run a's code), and a package that
+    fails to import is absent, never an error of the case."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return True
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        for i in range(1, len(parts)):
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]),
+                                                            list(spec.submodule_search_locations))
+        return spec is not None
+    except Exception:  # a broken finder or package metadata: not usable here
+        return False
 
 
 class Probed:

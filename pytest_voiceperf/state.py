@@ -102,8 +102,58 @@ def resumed(config) -> dict:
             doc = results.read(path)
         except ValueError as exc:
             raise pytest.UsageError(f"--voiceperf-resume: {exc}") from None
+        config.stash[_RESUME_DOC] = doc
         config.stash[_RESUME] = {r.nodeid: r.dump() for r in doc.results if r.outcome != "error"}
     return config.stash[_RESUME]
+
+
+_RESUME_DOC = pytest.StashKey[Any]()
+
+
+def check_resume(config, vs, claims: dict) -> list[str]:
+    """The resume file must be a run of this machine and setup, and each kept case must come from
+    its claim file as it is now, with a verdict its own interval gives under the claim's bounds (a
+    file from another machine made a case passed with a value below its bound, nothing measured).
+    A case that does not hold is measured again. Raises UsageError for another machine or setup;
+    returns one line per case measured again. ``claims``: nodeid -> (claim sha, Expect)."""
+    from . import gate
+
+    done = resumed(config)
+    if not done:
+        return []
+    path = config.getoption("voiceperf_resume")
+    doc = config.stash[_RESUME_DOC]
+    bad = gate.mismatches(doc.provenance, vs.provenance())
+    if bad:
+        raise pytest.UsageError(f"--voiceperf-resume {path}: a run of another machine or setup ("
+                                + "; ".join(bad) + "); resume only a run that stopped here, or run without it")
+    again = []
+    for nid, r in list(done.items()):
+        why = _kept_does_not_hold(r, claims.get(nid))
+        if why:
+            del done[nid]
+            again.append(f"{nid}: measured again ({why})")
+    return again
+
+
+def _kept_does_not_hold(r: dict, claim) -> str:
+    if claim is None:
+        return ""  # not collected in this run: kept in the file as it was, never judged here
+    sha, expect = claim
+    if not r.get("claim_sha") or r["claim_sha"] != sha:
+        return "its claim file changed since, or the file does not say which it ran from"
+    outcome = r.get("outcome")
+    if outcome not in ("passed", "failed", "xfailed", "xpassed"):
+        return ""
+    lo, hi = expect.bounds()
+    ci = r.get("ci") or ([r["value"], r["value"]] if r.get("value") is not None else None)
+    if not ci or len(ci) != 2 or any(not isinstance(x, (int, float)) for x in ci):
+        return f"{outcome} without a figure"
+    inside = (lo is None or ci[0] >= lo) and (hi is None or ci[1] <= hi)
+    outside = (lo is not None and ci[1] < lo) or (hi is not None and ci[0] > hi)
+    if outcome in ("passed", "xpassed") and not inside or outcome in ("failed", "xfailed") and not outside:
+        return f"{outcome} does not follow from its interval [{ci[0]:.4g}, {ci[1]:.4g}] and the claim's bounds"
+    return ""
 
 
 def kept(config, state) -> list[dict]:

@@ -395,6 +395,10 @@ def test_the_repository_conftest_adds_a_probe_that_its_example_claim_uses(pytest
     (pytester.path / "examples" / "claims" / "host-frame-timer.yaml").write_text(
         text.replace("frames: 100}", "frames: 10, reps: 2}"))  # 0.4 s a round here
     res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "examples/claims")
+    assert res.ret == 1  # the probe is the conftest's, and validate runs no code unless asked
+    res.stdout.fnmatch_lines(["*unknown probe 'host.frame_timer'*"])
+    res.stderr.fnmatch_lines(["note: 1 conftest.py file(s) not loaded (loading runs their code)*--conftest*"])
+    res = pytester.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "--conftest", "examples/claims")
     assert res.ret == 0, res.stdout.str() + res.stderr.str()
     res = pytester.runpytest("--voiceperf", "--voiceperf-claims", "examples/claims", "-v",
                              "--voiceperf-json", "o.json")

@@ -230,11 +230,11 @@ def test_cli_compare_list_validate(vp):
                               "*regressed, 0 improved*", "guarded 4 of 4 figures (100%)"])
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "old.json", "--fail")
     assert res.ret == 0
-    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
-    # t.const comes from the project's conftest.py, which the CLI loads as pytest does
+    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "--conftest", "claims")
+    # t.const comes from the project's conftest.py, which the CLI loads as pytest does when asked
     res.stdout.fnmatch_lines(["2 valid, 0 invalid"])
     (vp.path / "claims" / "a.yaml").write_text((vp.path / "claims" / "a.yaml").read_text().replace("t.const", "t.nope"))
-    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "claims")
+    res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "--conftest", "claims")
     res.stdout.fnmatch_lines(["claims/a.yaml:5: unknown probe 't.nope'*", "1 valid, 1 invalid"])
     assert res.ret == 1
 

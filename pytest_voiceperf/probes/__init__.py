@@ -88,6 +88,11 @@ class ProbeSpec:
     # all. A probe with outputs not declared exact that returns no samples and is not one_figure is a
     # broken measurement (it would otherwise be decided from one round with no interval)
     one_figure: bool = False
+    # argument -> (lowest, highest) a claim may give (COMMON_RANGES by argument name otherwise)
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    def range_of(self, arg: str) -> tuple[float, float] | None:
+        return self.ranges.get(arg) or COMMON_RANGES.get(arg)
 
     def __call__(self, ctx, **kwargs) -> Measurement:
         return self.func(ctx, **kwargs)
@@ -132,10 +137,24 @@ def _where(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}"
 
 
+# The ranges a claim file may give the built-in probes' numeric arguments, by name (0: the probe picks).
+# A claim file is untrusted: `reps: 1e12` or `mib: 1e9` would run for days or take all memory.
+COMMON_RANGES: dict[str, tuple[float, float]] = {
+    "reps": (0, 1000), "tts_reps": (0, 1000), "tokens": (0, 65536), "reply_tokens": (1, 65536),
+    "prompt_len": (1, 262144), "prompt_tokens": (0, 262144), "batch": (1, 4096), "max_batch": (0, 4096),
+    "at": (1, 4096), "tp": (1, 64), "n": (0, 32768), "mib": (0, 65536), "chunk_ms": (0, 60000),
+    "asr_chunk_ms": (0, 60000), "threads": (1, 1024), "max_streams": (1, 1 << 20), "limit": (0, 1e6),
+    "right_context": (0, 10000), "frames": (1, 1e6), "frame_stacking": (1, 64), "patches": (1, 100000),
+    "timesteps": (1, 1000), "ref_timesteps": (1, 1000), "tts_timesteps": (1, 1000), "stop_gain": (0, 10),
+    "usable_cer": (0, 1), "audio_s_per_token": (0, 100), "frame_ms": (0.1, 10000),
+}
+
+
 def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choices: dict | None = None,
           engine_key: Callable[[dict], str] | None = None, exact: Iterable[str] = (),
           sorts_with: Callable[[dict], tuple[str, dict]] | None = None,
-          ends_with: Callable[[dict], tuple[str, dict]] | None = None, one_figure: bool = False):
+          ends_with: Callable[[dict], tuple[str, dict]] | None = None, one_figure: bool = False,
+          ranges: dict[str, tuple[float, float]] | None = None):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -149,7 +168,8 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
             raise ValueError(f"probe {name}: exact outputs {sorted(unknown)} are not among its outputs")
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
                                        {k: tuple(v) for k, v in (choices or {}).items()}, engine_key,
-                                       frozenset(exact), sorts_with, ends_with, bool(one_figure))
+                                       frozenset(exact), sorts_with, ends_with, bool(one_figure),
+                                       {k: (float(lo), float(hi)) for k, (lo, hi) in (ranges or {}).items()})
         return fn
 
     return wrap
