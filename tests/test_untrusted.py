@@ -398,3 +398,24 @@ def test_results_files_honour_the_umask_and_saves_at_once_get_their_own_numbers(
     hostile = dict(doc, provenance=dict(doc["provenance"], machine_id="../../../etc"))
     p = save_run(hostile, tmp_path, "../../x")
     assert p.resolve().is_relative_to((tmp_path / ".voiceperf").resolve()), p
+
+
+def test_an_audio_path_from_a_claim_stays_inside_the_project(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_voiceperf.probes import Unmeasured
+    from pytest_voiceperf.probes.asr import resolve_audio
+
+    (tmp_path / "clip.wav").write_bytes(b"RIFF")
+    ctx = SimpleNamespace(session=SimpleNamespace(rootdir=tmp_path, options=SimpleNamespace(data={})))
+    assert resolve_audio(ctx, "clip.wav")["path"] == str(tmp_path / "clip.wav")
+    for name, words in (("/etc/passwd", "outside the project"), ("../../etc/passwd", "outside the project"),
+                        ("nothing.wav", "neither a data set")):
+        with pytest.raises(Unmeasured, match=words):
+            resolve_audio(ctx, name)
+    (tmp_path / "zero.wav").symlink_to("/dev/zero")
+    with pytest.raises(Unmeasured, match="outside the project"):
+        resolve_audio(ctx, "zero.wav")
+    os.mkfifo(tmp_path / "fifo.wav")
+    with pytest.raises(Unmeasured, match="not a regular file"):
+        resolve_audio(ctx, "fifo.wav")

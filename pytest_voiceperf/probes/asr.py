@@ -149,9 +149,22 @@ def resolve_audio(ctx, audio: str = "") -> dict:
     if name and name in data:
         return {"path": data[name], "source": f"--voiceperf-data {name}"}
     if name and name not in ("speech", "espeak", "synthetic"):
-        if os.path.exists(name):
-            return {"path": name, "source": "given WAV file"}
-        raise Unmeasured(f"audio {name!r} is neither a data set (--voiceperf-data {name}=WAV) nor a file")
+        # a path from a claim file (untrusted): a regular file inside the project, not /dev/zero or a
+        # file elsewhere on the machine; the user's own files come with --voiceperf-data
+        import stat
+
+        root = ctx.session.rootdir.resolve()
+        path = (root / name).resolve()
+        if not path.is_relative_to(root):
+            raise Unmeasured(f"audio {name!r} is outside the project ({root}); give a file elsewhere with "
+                             f"--voiceperf-data NAME=WAV and name the data set")
+        try:
+            st = os.stat(path)
+        except OSError:
+            raise Unmeasured(f"audio {name!r} is neither a data set (--voiceperf-data {name}=WAV) nor a file") from None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 30:
+            raise Unmeasured(f"audio {name!r} is not a regular file of at most 1 GiB")
+        return {"path": str(path), "source": "given WAV file"}
     if not name and "asr-audio" in data:
         return {"path": data["asr-audio"], "source": "--voiceperf-data asr-audio"}
     key = "synthetic" if name == "synthetic" else SPEECH_TEXT
