@@ -1,6 +1,6 @@
 """The claim file format: schema (pydantic), loading with line numbers, expansion to cases.
 
-A claim file is one YAML mapping (see README). :func:`load_claim` returns a
+A claim file is one YAML mapping (docs/claims.md). :func:`load_claim` returns a
 :class:`Claim` or raises :class:`ClaimError` naming the file, the line and the fix.
 """
 from __future__ import annotations

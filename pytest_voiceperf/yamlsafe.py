@@ -122,7 +122,7 @@ def load(text: str | bytes) -> Loaded:
     if len(text) > MAX_FILE_BYTES:
         raise YamlError(f"file is longer than the {MAX_FILE_BYTES} characters allowed for a claim file", 1)
     if not text.strip():
-        raise YamlError("the file is empty; write a claim (see the README's claim format) or delete the file", 1)
+        raise YamlError("the file is empty; write a claim (see docs/claims.md) or delete the file", 1)
     try:
         loader = _Loader(text)
         try:

@@ -83,7 +83,7 @@ LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llam
                   "pip install llama-cpp-python gguf", fresh_rounds=True)
 NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'")
 VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
-                "pip install --no-deps voxcpm (see README)")
+                "pip install --no-deps voxcpm (see docs/engines.md)")
 NANOVLLM = Family("nanovllm", "pytest_voiceperf.engines.nanovllm_engine", ("nanovllm_voxcpm", "flash_attn", "voxcpm", "torch"),
                   "pip install nano-vllm-voxcpm flash-attn voxcpm (CUDA only; PyPI has no flash-attn wheel: build "
                   "it, e.g. scripts/h200/build-flashattn.sh)")
