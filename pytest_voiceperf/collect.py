@@ -7,7 +7,7 @@ import pytest
 
 from . import expr
 from .claims import Case, Claim, ClaimError, load_claim
-from .probes import EngineError, Unmeasured
+from .exceptions import EngineError, Unmeasured
 from .session import CaseResult, VerdictFailed
 from .state import user_llms
 from .verdict import fmt_value

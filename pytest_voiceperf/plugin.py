@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .probes import EngineError, Unmeasured
+from .exceptions import EngineError, Unmeasured
 from .state import (
     FAMILY_MARKS,
     STASH_GATE,

@@ -15,7 +15,8 @@ from pathlib import Path
 from . import expr, models, provenance, stats, timing
 from .claims import Case
 from .engines import EnginePool, allocator, caches, fresh_rounds, is_light
-from .probes import EngineError, InvalidMeasurement, Measurement, Registry, Unmeasured, call_key, spread
+from .exceptions import EngineError, InvalidMeasurement, TimeLimit, Unmeasured
+from .probes import Measurement, Registry, call_key, spread
 from .verdict import fmt_value, judge
 
 # which ceiling a figure is checked against: implied key -> (probe, args, output, label)
@@ -1191,11 +1192,6 @@ def _fmt_ci(ci, unit: str) -> str:
     if unit == "fraction":
         return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
     return f"[{fmt_value(ci[0], unit)}, {fmt_value(ci[1], unit)}]"
-
-
-class TimeLimit(BaseException):
-    """An in-process probe ran past its case's deadline (a BaseException: a probe's own
-    ``except Exception`` must not swallow it)."""
 
 
 @contextlib.contextmanager

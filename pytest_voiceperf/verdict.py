@@ -66,7 +66,7 @@ def outcome_of(exc: BaseException | None, *, report: str, wasxfail: str | None, 
     text when it applied; ``xfail_reason``: the claim's xfail when it has one; ``reason``: what the
     case already recorded. An unmeasured case is skipped (failed under --voiceperf-strict) and never
     xfailed; an engine failure is an error; xfail applies to decided outcomes only."""
-    from .probes import EngineError, Unmeasured
+    from .exceptions import EngineError, Unmeasured
 
     if isinstance(exc, Unmeasured):
         if strict:

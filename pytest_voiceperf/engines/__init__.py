@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from .. import timing as _timing
-from ..probes import EngineError, Unmeasured
+from ..exceptions import EngineError, Unmeasured
 from . import allocator, caches
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from ..probes import Unmeasured
+from ..exceptions import Unmeasured
 from . import llm_common as common
 from .worker import note_warmup, progress, warming
 

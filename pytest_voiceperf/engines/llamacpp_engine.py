@@ -17,7 +17,7 @@ import json
 import os
 import time
 
-from ..probes import Unmeasured
+from ..exceptions import Unmeasured
 from . import caches
 from . import llm_common as common
 from .worker import import_gguf, note_warmup, progress, warming

@@ -9,7 +9,7 @@ import tempfile
 import time
 
 from .. import models
-from ..probes import InvalidMeasurement, Unmeasured
+from ..exceptions import InvalidMeasurement, Unmeasured
 from .caches import cache_dir
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..probes import Unmeasured
+from ..exceptions import Unmeasured
 from . import caches
 from .worker import progress, warming
 

@@ -39,7 +39,7 @@ BLANK_BIAS = 40.0  # added to the blank logit of a random joint (see module doc)
 
 
 def _unmeasured(msg: str):
-    from ..probes import Unmeasured as U
+    from ..exceptions import Unmeasured as U
 
     return U(msg)
 

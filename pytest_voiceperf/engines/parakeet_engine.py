@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from ..probes import Unmeasured
+from ..exceptions import Unmeasured
 from ..stats import nearest_rank
 from .worker import progress, warming
 

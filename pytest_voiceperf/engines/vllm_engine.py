@@ -16,7 +16,7 @@ import math
 import os
 import time
 
-from ..probes import Unmeasured
+from ..exceptions import Unmeasured
 from . import llm_common as common
 from .worker import progress, warming
 

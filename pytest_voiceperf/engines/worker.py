@@ -63,7 +63,7 @@ def import_gguf():
     except ImportError:
         raise
     except Exception as exc:
-        from ..probes import Unmeasured
+        from ..exceptions import Unmeasured
 
         raise Unmeasured(f"the gguf package could not be imported: {type(exc).__name__}: {exc} (gguf imports "
                          "mistral_common when it is installed; fix or remove that package)") from None
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
     _proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from ..probes import Unmeasured
+    from ..exceptions import Unmeasured
     from . import Engine
 
     global _warmup_s

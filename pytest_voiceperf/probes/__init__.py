@@ -13,23 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import DuplicateProbe, EngineError, InvalidMeasurement, Unmeasured
 from ..stats import spread
 
-
-class Unmeasured(Exception):
-    """The case cannot be measured here; the message is the reason (a verdict, not a skip)."""
-
-
-class InvalidMeasurement(Unmeasured):
-    """The figure was obtained but is physically impossible (above a measured ceiling) or broken."""
-
-
-class EngineError(Exception):
-    """The engine crashed, ran out of memory, hung or exited; carries its last log lines."""
-
-    def __init__(self, message: str, log_tail: str = ""):
-        super().__init__(message)
-        self.log_tail = log_tail
+__all__ = ["DuplicateProbe", "EngineError", "InvalidMeasurement", "Measurement", "ProbeSpec", "Registry",
+           "Unmeasured", "call_key", "load_registry", "probe"]
 
 
 @dataclass
@@ -105,10 +93,6 @@ class ProbeSpec:
         if self.engine_key is not None:
             return f"{self.engine}:{self.engine_key({**self.params, **args})}"
         return f"{self.engine}:{args.get('model', '')}"
-
-
-class DuplicateProbe(ValueError):
-    """Two different functions register the same probe name."""
 
 
 class Registry:
