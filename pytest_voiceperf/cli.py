@@ -246,6 +246,48 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """The results in another tool's format: pytest-benchmark (a file ``pytest-benchmark compare``
+    reads), github-action-benchmark (a folder: bigger-is-better.json and smaller-is-better.json, one per
+    ``tool`` setting), bencher (a BMF file for ``bencher run --adapter json``)."""
+    import json
+
+    from . import exports
+    from .results import atomic_write_text, read
+
+    try:
+        doc = read(args.results)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    if args.format == "github-action-benchmark":
+        files = {"bigger-is-better.json": "customBiggerIsBetter", "smaller-is-better.json": "customSmallerIsBetter"}
+        data = exports.github_action_benchmark(doc)
+        for name, tool in files.items():
+            atomic_write_text(out / name, json.dumps(data[tool], indent=1) + "\n")
+        print(f"wrote {out}/bigger-is-better.json ({len(data['customBiggerIsBetter'])} figures, tool: "
+              f"customBiggerIsBetter) and {out}/smaller-is-better.json ({len(data['customSmallerIsBetter'])}, "
+              "tool: customSmallerIsBetter)")
+        return 0
+    if args.format == "bencher":
+        bmf = exports.bencher(doc)
+        atomic_write_text(out, json.dumps(bmf, indent=1) + "\n")
+        print(f"wrote {out} ({len(bmf)} benchmarks, Bencher Metric Format)")
+        return 0
+    try:
+        pb, skipped = exports.pytest_benchmark(doc)
+    except ImportError:
+        print("voiceperf export: the pytest-benchmark format needs pytest-benchmark (pip install pytest-benchmark)",
+              file=sys.stderr)
+        return 2
+    atomic_write_text(out, json.dumps(pb, indent=1) + "\n")
+    print(f"wrote {out} ({len(pb['benchmarks'])} benchmarks; durations over rounds, rates as their inverse)")
+    for s in skipped:
+        print(f"  left out: {s}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="voiceperf", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -301,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--fail", action="store_true", help="exit 1 on a flip, a false alarm or an uncaught slowdown")
     s.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then the pytest arguments of every run")
     s.set_defaults(fn=lambda a: __import__("pytest_voiceperf.repro", fromlist=["main"]).main(a))
+    s = sub.add_parser("export", help="the results for pytest-benchmark, github-action-benchmark or Bencher")
+    s.add_argument("results")
+    s.add_argument("--format", choices=("pytest-benchmark", "github-action-benchmark", "bencher"), required=True)
+    s.add_argument("-o", "--output", required=True, help="a file (a folder for github-action-benchmark)")
+    s.set_defaults(fn=cmd_export)
     s = sub.add_parser("report", help="HTML and Markdown report with plots")
     s.add_argument("results")
     s.add_argument("-o", "--output", default="voiceperf-report")

@@ -3,6 +3,7 @@ written atomically, read as a :class:`~pytest_voiceperf.record.ResultsFile`, mer
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -34,8 +35,24 @@ def write(path: str | os.PathLike, doc: dict | ResultsFile) -> Path:
     path = Path(path)
     if not doc["provenance"].get("complete", True):
         path = path.with_name(path.name + ".partial")
-    atomic_write_text(path, json.dumps(doc, indent=1, default=str) + "\n")
+    atomic_write_text(path, dumps(doc))
     return path
+
+
+def _finite_only(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite_only(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_only(v) for v in x]
+    return x
+
+
+def dumps(doc: dict) -> str:
+    """A results document as standard JSON: a non-finite float (a probe's undefined output) is null, not
+    the NaN that strict readers (jq, JavaScript, other tools' importers) refuse."""
+    return json.dumps(_finite_only(doc), indent=1, default=str, allow_nan=False) + "\n"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -61,15 +78,15 @@ MAX_BYTES = 64 << 20  # a whole suite's file is a few MB; a baseline from a cach
 MAX_DEPTH = 32  # the deepest a run writes is under 10
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a figure (a results file holds finite numbers only)")
+def _no_figure(name: str) -> None:
+    """NaN and Infinity are no figure: read as null (a probe's undefined output, e.g. the spread of one
+    synthesis, was written as NaN), so no comparison, verdict or resume can rest on them."""
+    return None
 
 
-def _finite(text: str) -> float:
+def _finite(text: str) -> float | None:
     v = float(text)
-    if v != v or v in (float("inf"), float("-inf")):
-        raise ValueError(f"{text} is not a finite number")
-    return v
+    return None if v != v or v in (float("inf"), float("-inf")) else v  # 1e999 is no figure either
 
 
 def _umask() -> int:
@@ -178,7 +195,7 @@ def read(path: str | os.PathLike) -> ResultsFile:
     path = Path(path)
     text = read_text_file(path)
     try:
-        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+        doc = json.loads(text, parse_constant=_no_figure, parse_float=_finite)
     except RecursionError:
         raise ValueError(f"{path}: nested too deep; not a voiceperf results file") from None
     except ValueError as exc:

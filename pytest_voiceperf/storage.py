@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from .record import ResultsFile
-from .results import atomic_write_text, read
+from .results import atomic_write_text, dumps, read
 
 ROOT = ".voiceperf"
 
@@ -22,7 +22,6 @@ def run_dir(rootdir: Path, machine_id: str) -> Path:
 
 def save_run(doc: dict, rootdir: Path, name: str) -> Path:
     import fcntl
-    import json
 
     d = run_dir(rootdir, _safe(str(doc["provenance"].get("machine_id") or "unknown")))
     d.mkdir(parents=True, exist_ok=True)
@@ -31,7 +30,7 @@ def save_run(doc: dict, rootdir: Path, name: str) -> Path:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         nums = [int(p.name[:4]) for p in d.glob("[0-9][0-9][0-9][0-9]_*.json")]
         path = d / f"{(max(nums) + 1 if nums else 1):04d}_{_safe(name)}.json"
-        atomic_write_text(path, json.dumps(doc, indent=1, default=str) + "\n")
+        atomic_write_text(path, dumps(doc))
     return path
 
 
