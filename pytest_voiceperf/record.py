@@ -23,8 +23,10 @@ def _figure(x: Any) -> Any:
     the statistics would fail on it far from the file that held it)."""
     if x is None:
         return None
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x or x in (float("inf"), float("-inf")):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
         raise ValueError(f"{str(x)[:40]!r} is not a figure (a finite number or null)")
+    if x != x or x in (float("inf"), float("-inf")):
+        return None  # a probe's undefined output (a fit through one point): no figure, as null in the file
     return x
 
 

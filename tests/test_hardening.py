@@ -372,7 +372,7 @@ def test_resume_finishes_an_interrupted_run_without_measuring_again(vp):
     assert r["hangs"]["outcome"] == "passed" and "resumed" not in r["hangs"]
     res = vp.runpytest("--voiceperf", "--voiceperf-resume", "missing.json")
     assert res.ret == 4
-    res.stderr.fnmatch_lines(["*--voiceperf-resume: missing.json: not a voiceperf results file*"])
+    res.stderr.fnmatch_lines(["*--voiceperf-resume: missing.json: cannot be read (No such file or directory)*"])
 
 
 def test_one_worker_per_gpu_groups_claims_by_engine(vp, monkeypatch):

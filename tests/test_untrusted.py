@@ -441,3 +441,28 @@ def test_an_audio_path_from_a_claim_stays_inside_the_project(tmp_path):
     os.mkfifo(tmp_path / "fifo.wav")
     with pytest.raises(Unmeasured, match="not a regular file"):
         resolve_audio(ctx, "fifo.wav")
+
+
+UNDEFINED_PROBE = '''
+from pytest_voiceperf.probes import Measurement, probe
+
+@probe("t.undefined", outputs={"x": "", "fit_ms": "ms"})
+def undefined(ctx):
+    return Measurement({"x": 1.0, "fit_ms": float("inf")},
+                       {"x": [1.0, 1.0, 1.0], "fit_ms": [float("inf"), float("nan"), 2.0]})
+'''
+
+
+def test_a_probes_undefined_output_is_null_in_the_file_and_the_run_reports(vp):
+    # a decode fit through too few points gave inf, a synthesis spread NaN: the table at the end of the
+    # run read them back through the record type and the run ended without its summary
+    vp.makeconftest(vp.path.joinpath("conftest.py").read_text().replace(
+        "def pytest_voiceperf_add_probes(registry):", UNDEFINED_PROBE + "\n\ndef pytest_voiceperf_add_probes(registry):\n"
+        "    registry.add(undefined.voiceperf_probe)"))
+    (vp.path / "claims" / "u.yaml").write_text(claim("undefined-beside", measure="m: {probe: t.undefined}"))
+    res, out = _run(vp)
+    assert res.ret == 0 and "voiceperf claims" in out and "PASS   undefined-beside" in out, out[-1500:]
+    text = (vp.path / "o.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    p = _by_claim(vp)["undefined-beside"]["probes"]["m"]
+    assert p["values"]["fit_ms"] is None and set(p["samples"]["fit_ms"]) == {None}  # one per round
