@@ -349,30 +349,20 @@ def _pydantic_message(err: dict) -> str:
 
 
 def _read_claim_bytes(path: Path, within: Path | None) -> bytes:
-    """The file's bytes, checked before reading: a regular file (a link to /dev/zero read until
-    memory ran out), inside ``within`` when a link leads elsewhere, at most MAX_FILE_BYTES (+1 read,
-    so that the size error names the limit)."""
-    import os
-    import stat
+    """The file's bytes (files.read_regular: a regular file of at most MAX_FILE_BYTES, checked before
+    reading), and not through a link that leads out of ``within``."""
+    from .files import Refused, check_regular, read_regular
 
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ClaimError(path, None, f"cannot read the file: {exc.strerror}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ClaimError(path, None, "not a regular file (a device, FIFO or folder named like a claim file); remove it")
-    if within is not None and path.is_symlink():
-        target = path.resolve()
-        if not target.is_relative_to(Path(within).resolve()):
-            raise ClaimError(path, None, f"a link to {target}, outside the project ({within}); copy the claim in instead")
-    if st.st_size > yamlsafe.MAX_FILE_BYTES:
-        raise ClaimError(path, 1, f"file is {st.st_size} bytes, more than the {yamlsafe.MAX_FILE_BYTES} allowed for "
-                                  "a claim file")
-    try:
-        with open(path, "rb") as f:
-            return f.read(yamlsafe.MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ClaimError(path, None, f"cannot read the file: {exc.strerror}") from None
+        check_regular(path, yamlsafe.MAX_FILE_BYTES, "a claim file")
+        if within is not None and path.is_symlink():
+            target = path.resolve()
+            if not target.is_relative_to(Path(within).resolve()):
+                raise ClaimError(path, None, f"a link to {target}, outside the project ({within}); copy the claim "
+                                             "in instead")
+        return read_regular(path, yamlsafe.MAX_FILE_BYTES, "a claim file")
+    except Refused as exc:
+        raise ClaimError(path, 1 if exc.kind == "oversize" else None, str(exc)) from None
 
 
 def load_claim(path: Path, probe_registry, within: Path | None = None) -> Claim:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from .record import ResultsFile
 
-FORMATS = ("pytest-benchmark", "github-action-benchmark", "bencher")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 

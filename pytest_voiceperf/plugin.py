@@ -14,6 +14,7 @@ from .exceptions import EngineError, Unmeasured
 from .state import (
     FAMILY_MARKS,
     STASH_GATE,
+    STASH_LOCK,
     STASH_NO_BASELINE,
     STASH_SESSION,
     STASH_STATE,
@@ -27,8 +28,6 @@ from .state import (
     write_results,
 )
 from .stats import DEFAULT_TOLERANCE
-
-STASH_LOCK = pytest.StashKey[object]()
 
 
 def pytest_addhooks(pluginmanager):

@@ -139,25 +139,14 @@ class WriterLock:
 
 
 def read_text_file(path: Path, limit: int = MAX_BYTES) -> str:
-    """The text of a regular file of at most ``limit`` bytes, checked before it is read: a link to
-    /dev/zero, a FIFO or a 10 GB file from a CI cache must not hang or fill memory. ValueError else."""
-    import stat
+    """The UTF-8 text of a regular file of at most ``limit`` bytes (files.read_regular); ValueError
+    naming the file else."""
+    from .files import Refused, read_regular
 
     try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path}: not a regular file (a device, FIFO or folder); give the path of a file")
-    if st.st_size > limit:
-        raise ValueError(f"{path}: {st.st_size} bytes, more than the {limit} a file of this kind may have")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot be read ({exc.strerror})") from None
-    if len(data) > limit:
-        raise ValueError(f"{path}: more than the {limit} bytes a file of this kind may have")
+        data = read_regular(path, limit)
+    except Refused as exc:
+        raise ValueError(f"{path}: {exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

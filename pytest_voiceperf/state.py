@@ -58,6 +58,7 @@ STASH_SESSION = pytest.StashKey["VoiceperfSession"]()
 STASH_STATE = pytest.StashKey[State]()
 STASH_GATE = pytest.StashKey["Gate"]()
 STASH_NO_BASELINE = pytest.StashKey[str]()  # the notice when --voiceperf-baseline names no saved run yet
+STASH_LOCK = pytest.StashKey[Any]()  # the results file's WriterLock, held by the process that writes it
 
 
 def gate_changes(config: pytest.Config) -> list[str]:

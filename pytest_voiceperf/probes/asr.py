@@ -151,7 +151,7 @@ def resolve_audio(ctx, audio: str = "") -> dict:
     if name and name not in ("speech", "espeak", "synthetic"):
         # a path from a claim file (untrusted): a regular file inside the project, not /dev/zero or a
         # file elsewhere on the machine; the user's own files come with --voiceperf-data
-        import stat
+        from ..files import Refused, check_regular
 
         root = ctx.session.rootdir.resolve()
         path = (root / name).resolve()
@@ -159,11 +159,11 @@ def resolve_audio(ctx, audio: str = "") -> dict:
             raise Unmeasured(f"audio {name!r} is outside the project ({root}); give a file elsewhere with "
                              f"--voiceperf-data NAME=WAV and name the data set")
         try:
-            st = os.stat(path)
-        except OSError:
-            raise Unmeasured(f"audio {name!r} is neither a data set (--voiceperf-data {name}=WAV) nor a file") from None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 30:
-            raise Unmeasured(f"audio {name!r} is not a regular file of at most 1 GiB")
+            check_regular(path, 1 << 30, "an audio file")
+        except Refused as exc:
+            if exc.kind == "missing":
+                raise Unmeasured(f"audio {name!r} is neither a data set (--voiceperf-data {name}=WAV) nor a file") from None
+            raise Unmeasured(f"audio {name!r}: {exc}") from None
         return {"path": str(path), "source": "given WAV file"}
     if not name and "asr-audio" in data:
         return {"path": data["asr-audio"], "source": "--voiceperf-data asr-audio"}
