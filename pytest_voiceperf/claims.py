@@ -245,6 +245,33 @@ class Case:
     def name(self) -> str:
         return f"{self.claim.id}[{self.ident}]" if self.ident else self.claim.id
 
+    def names(self, device: str = "cpu", profile: str = "cpu") -> dict:
+        """What a claim's conditions (xfail when, profiles) may name: the params, device and profile."""
+        names = dict(self.params, **self.stand_in)
+        names.setdefault("device", device)
+        names.setdefault("profile", profile)
+        return names
+
+    def other_device(self, device: str) -> str | None:
+        """Why the case belongs to a run on another device (its claim requires cpu or cuda), None if not."""
+        req = self.claim.model.requires
+        if device == "cuda" and "cpu" in req:
+            return "runs on the CPU only"
+        if device == "cpu" and "cuda" in req:
+            return "needs CUDA"
+        return None
+
+    def in_profile(self, profile: str, device: str) -> bool:
+        """Does the profile keep this case on this device? ``full`` keeps every case; the others leave out
+        the cases of another device, then apply the claim's own condition for the profile. Raises
+        expr.ExprError when that condition cannot be evaluated."""
+        if profile == "full":
+            return True
+        if self.other_device(device):
+            return False
+        cond = self.claim.model.profiles.get(profile)
+        return True if cond is None else bool(expr.evaluate(cond, self.names(device, profile)))
+
     def calls(self) -> list[ProbeCall]:
         out = []
         for call in self.claim.calls:

@@ -88,6 +88,8 @@ def cmd_list(args) -> int:
 
     reg = _registry(args.paths, args.conftest)
     bad = 0
+    device = args.device or ("cuda" if args.profile == "cuda" else "cpu")
+    totals = {"all": 0, "kept": 0, "other": 0, "cond": 0}
     for f in _claim_files(args.paths):
         try:
             c = load_claim(f, reg, Path.cwd())
@@ -100,7 +102,39 @@ def cmd_list(args) -> int:
         req = ", ".join(c.model.requires) or "-"
         print(f"{c.id}  ({f})\n    {c.model.title}\n    params: {params}\n    probes: {probes}\n"
               f"    requires: {req}\n    expect: {c.model.metric} {c.model.expect.describe()} [{c.model.unit}]")
+        if args.profile:
+            bad += _list_profile(c, args.profile, device, totals)
+    if args.profile:
+        print(f"profile {args.profile} on {device}: {totals['kept']} of {totals['all']} cases kept"
+              f" ({totals['other']} of another device left out, {totals['cond']} by the claims' profile conditions)")
     return 1 if bad else 0
+
+
+def _list_profile(c, profile: str, device: str, totals: dict) -> int:
+    """The cases of one claim a profile keeps on a device, and why the others are left out."""
+    from .expr import ExprError
+
+    kept, out = [], []
+    for case in c.cases():
+        totals["all"] += 1
+        try:
+            keep = case.in_profile(profile, device)
+        except ExprError as exc:
+            print(f"    INVALID profiles.{profile} at {c.path}:{c.line('profiles', profile)}: {exc}")
+            return 1
+        if keep:
+            kept.append(case.ident or c.id)
+            totals["kept"] += 1
+        elif case.other_device(device):
+            out.append(f"{case.ident or c.id} ({case.other_device(device)})")
+            totals["other"] += 1
+        else:
+            out.append(f"{case.ident or c.id} (profiles.{profile})")
+            totals["cond"] += 1
+    print(f"    profile {profile}: keeps {len(kept)} of {len(kept) + len(out)}: {', '.join(kept) or '-'}")
+    if out:
+        print(f"    left out: {', '.join(out)}")
+    return 0
 
 
 def cmd_validate(args) -> int:
@@ -246,6 +280,26 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_doctor(a) -> int:
+    from . import doctor
+    from .engines import interpreters
+
+    pythons = {}
+    for item in a.python:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            print(f"voiceperf doctor: --python {item}: give ENGINE=PYTHON, e.g. vllm=/venvs/vllm/bin/python",
+                  file=sys.stderr)
+            return 2
+        pythons[name.strip()] = path.strip()
+    try:
+        interpreters.configure(pythons, set(doctor.ENGINES))
+    except interpreters.InterpreterError as exc:
+        print(f"voiceperf doctor: {exc}", file=sys.stderr)
+        return 2
+    return doctor.main(a.disturbed_cpu, interpreters.configured())
+
+
 def cmd_export(args) -> int:
     """The results in another tool's format: pytest-benchmark (a file ``pytest-benchmark compare``
     reads), github-action-benchmark (a folder: bigger-is-better.json and smaller-is-better.json, one per
@@ -295,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
                      "for a pull request's files)")
     s = sub.add_parser("list", help="the claims, their params and what they need")
     s.add_argument("paths", nargs="*")
+    s.add_argument("--profile", metavar="NAME", help="also the cases this profile keeps (cpu, cuda, full, a claim's own)")
+    s.add_argument("--device", choices=("cpu", "cuda"), help="the device of that run (default: cuda for the cuda "
+                                                             "profile, else cpu)")
     s.add_argument("--conftest", action="store_true", help=conftest_help)
     s.set_defaults(fn=cmd_list)
     s = sub.add_parser("validate", help="schema and expression check with file:line errors (runs no code)")
@@ -345,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(fn=lambda a: __import__("pytest_voiceperf.repro", fromlist=["main"]).main(a))
     s = sub.add_parser("doctor", help="what this machine is and what would spoil a measurement, with the fixes")
     s.add_argument("--disturbed-cpu", type=float, default=0.25, help="other processes' CPU cores that disturb")
-    s.set_defaults(fn=lambda a: __import__("pytest_voiceperf.doctor", fromlist=["main"]).main(a.disturbed_cpu))
+    s.add_argument("--python", action="append", default=[], metavar="ENGINE=PYTHON",
+                   help="an engine in an environment of its own, as --voiceperf-python gives it")
+    s.set_defaults(fn=cmd_doctor)
     s = sub.add_parser("export", help="the results for pytest-benchmark, github-action-benchmark or Bencher")
     s.add_argument("results")
     s.add_argument("--format", choices=("pytest-benchmark", "github-action-benchmark", "bencher"), required=True)

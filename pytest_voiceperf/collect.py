@@ -7,8 +7,8 @@ import pytest
 
 from . import expr
 from .claims import Case, Claim, ClaimError, load_claim
-from .exceptions import EngineError, Unmeasured
-from .session import CaseResult, VerdictFailed
+from .exceptions import EngineError, Unmeasured, VerdictFailed
+from .record import ResultRecord
 from .state import user_llms
 from .verdict import fmt_value
 
@@ -66,8 +66,9 @@ class ClaimItem(pytest.Item):
         self.claim = claim
         self.case = case
         self.line = claim.line("id")
-        self.result = CaseResult(claim=claim.id, nodeid=self.nodeid, params=dict(case.params),
-                                 path=str(claim.path), line=self.line, claim_sha=claim.sha)
+        self.result = ResultRecord(claim=claim.id, nodeid=self.nodeid, outcome="unmeasured", rounds=0,
+                                   params=dict(case.params), path=str(claim.path), line=self.line,
+                                   claim_sha=claim.sha)
         families = {_family(c.probe) for c in claim.calls}
         from .state import FAMILY_MARKS
 
@@ -98,10 +99,7 @@ class ClaimItem(pytest.Item):
         self.leaves_live = self._nested_key("ends_with")
 
     def _names(self, device: str = "cpu", profile: str = "cpu") -> dict:
-        names = dict(self.case.params, **self.case.stand_in)
-        names.setdefault("device", device)
-        names.setdefault("profile", profile)
-        return names
+        return self.case.names(device, profile)
 
     def _nested_key(self, which: str) -> str:
         """The engine instance of a nested call an engine-less probe declares (``sorts_with``: the one
@@ -132,14 +130,10 @@ class ClaimItem(pytest.Item):
         return ""
 
     def in_profile(self, profile: str, device: str) -> bool:
-        if profile == "full":
-            return True
-        cond = self.claim.model.profiles.get(profile)
-        if cond is None:
-            return True
         try:
-            return bool(expr.evaluate(cond, self._names(device, profile)))
+            return self.case.in_profile(profile, device)
         except expr.ExprError as exc:  # kept, and an error that says why (never silently in or out)
+            cond = self.claim.model.profiles.get(profile)
             self.problem = self.problem or (f"{self._at('profiles', profile)}: profiles.{profile} {cond!r} cannot be "
                                             f"evaluated for {dict(self.case.params)}: {exc}")
             return True
@@ -205,8 +199,8 @@ class ClaimItem(pytest.Item):
         if r.reference:
             lines.append(f"  reference: {_ref_text(r.reference)}")
         for alias, p in r.probes.items():
-            vals = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in p["values"].items())
-            lines.append(f"  {alias} = {p['probe']}({_args(p['args'])}): {vals}")
+            vals = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in p.values.items())
+            lines.append(f"  {alias} = {p.probe}({_args(p.args)}): {vals}")
         return "\n".join(lines)
 
     def reportinfo(self):
@@ -217,9 +211,11 @@ def _args(args: dict) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in args.items())
 
 
-def _spread_text(r: CaseResult) -> str:
+def _spread_text(r: ResultRecord) -> str:
     if r.spread:
-        return f"  (IQR {fmt_value(r.spread[0], r.unit)} .. {fmt_value(r.spread[1], r.unit)}, n={len(r.samples)})"
+        # the spread is of the repetitions (all rounds); the interval that decides is of the rounds
+        return (f"  (IQR of {len(r.rep_samples)} repetitions {fmt_value(r.spread[0], r.unit)} .. "
+                f"{fmt_value(r.spread[1], r.unit)}; interval over {r.rounds} rounds)")
     return ""
 
 
@@ -235,7 +231,8 @@ class InvalidClaimItem(pytest.Item):
         self.error = error
         self.line = error.line or 1
         self.xfail_reason = None
-        self.result = CaseResult(claim=self.name, nodeid=self.nodeid, params={}, path=error.path, line=self.line)
+        self.result = ResultRecord(claim=self.name, nodeid=self.nodeid, outcome="unmeasured", rounds=0,
+                                   path=error.path, line=self.line)
         self.add_marker("voiceperf")
 
     def setup(self):

@@ -48,15 +48,28 @@ def _read(path: str) -> str | None:
         return None
 
 
-def read_machine() -> dict[str, Any]:
-    """The readings the checks judge (each None where this machine cannot say)."""
+def _engines(pythons: dict[str, str]) -> dict[str, bool]:
+    """Which engines are installed: here, or in the python of an engine's own environment."""
+    from .engines import interpreters
+
+    out = {}
+    for k, mod in ENGINES.items():
+        py = pythons.get(k)
+        out[k] = (bool((interpreters.inspect(py, (mod,), ()).get("modules") or {}).get(mod)) if py
+                  else importlib.util.find_spec(mod) is not None)
+    return out
+
+
+def read_machine(pythons: dict[str, str] | None = None) -> dict[str, Any]:
+    """The readings the checks judge (each None where this machine cannot say); ``pythons``: engine ->
+    the python of its own environment (``--voiceperf-python``)."""
     from . import provenance
     from .disturbance import gpu_state
     from .engines import caches
 
     m: dict[str, Any] = {"cpu_model": provenance.cpu_model(), "cores": os.cpu_count(),
                          "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-                         "engines": {k: importlib.util.find_spec(v) is not None for k, v in ENGINES.items()},
+                         "engines": _engines(pythons or {}), "pythons": dict(pythons or {}),
                          "psutil": importlib.util.find_spec("psutil") is not None,
                          "pynvml": importlib.util.find_spec("pynvml") is not None,
                          "cache_root": caches.root(), "cache_bytes": _du(caches.root())}
@@ -79,6 +92,8 @@ def read_machine() -> dict[str, Any]:
             m["cuda_error"] = f"{type(exc).__name__}: {exc}"
     if m.get("cuda") and m["pynvml"]:
         m["gpu"] = gpu_state()
+        # this process holds a CUDA context now (it asked torch for the free memory): not another process
+        m["gpu"]["gpu_pids"] = [p for p in m["gpu"].get("gpu_pids") or [] if p != os.getpid()]
         m["persistence"] = _nvml_persistence()
     return m
 
@@ -169,7 +184,8 @@ def checks(m: dict[str, Any], disturbed_cpu: float = 0.25) -> list[Check]:
                              f"GPU memory free: {m['gpu_free'] / 2**30:.1f} of {m['gpu_total'] / 2**30:.1f} GiB",
                              "" if share > 0.9 else "another process holds GPU memory: engines get less KV cache"))
     missing = [k for k, ok in (m.get("engines") or {}).items() if not ok]
-    have = [k for k, ok in (m.get("engines") or {}).items() if ok]
+    have = [k + (f" (in {m['pythons'][k]})" if k in (m.get("pythons") or {}) else "")
+            for k, ok in (m.get("engines") or {}).items() if ok]
     out.append(Check("info", f"engines installed: {', '.join(have) or 'none'}"
                              + (f"; not installed: {', '.join(missing)} (their claims are unmeasured)" if missing else ""),
                      "pip install 'pytest-voiceperf[vllm]' (nemo, voxcpm, llamacpp, transformers alike)" if missing else ""))
@@ -183,9 +199,9 @@ def checks(m: dict[str, Any], disturbed_cpu: float = 0.25) -> list[Check]:
     return out
 
 
-def main(disturbed_cpu: float = 0.25) -> int:
+def main(disturbed_cpu: float = 0.25, pythons: dict[str, str] | None = None) -> int:
     """Print the checks; exit 1 when one failed (a run here would measure something else)."""
-    found = checks(read_machine(), disturbed_cpu)
+    found = checks(read_machine(pythons), disturbed_cpu)
     for c in found:
         print(c.line())
     return 1 if any(c.status == "fail" for c in found) else 0

@@ -27,3 +27,7 @@ class DuplicateProbe(ValueError):
 class TimeLimit(BaseException):
     """An in-process probe ran past its case's deadline (a BaseException: a probe's own
     ``except Exception`` must not swallow it)."""
+
+
+class VerdictFailed(AssertionError):
+    """The measured value is outside the claim's expectation."""

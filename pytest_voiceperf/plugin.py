@@ -10,15 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from . import cmdline
 from .exceptions import EngineError, Unmeasured
 from .state import (
     FAMILY_MARKS,
     STASH_GATE,
     STASH_LOCK,
     STASH_NO_BASELINE,
+    STASH_OTHER_DEVICE,
     STASH_SESSION,
     STASH_STATE,
     State,
+    benchmark_json,
     check_resume,
     gate_changes,
     get_session,
@@ -27,7 +30,6 @@ from .state import (
     user_llms,
     write_results,
 )
-from .stats import DEFAULT_TOLERANCE
 
 
 def pytest_addhooks(pluginmanager):
@@ -37,114 +39,13 @@ def pytest_addhooks(pluginmanager):
 
 
 def pytest_addoption(parser):
-    g = parser.getgroup("voiceperf", "voice-agent performance claims")
-    g.addoption("--voiceperf", action="store_true", help="collect and measure the claim files")
-    g.addoption("--voiceperf-claims", action="append", default=[], metavar="PATH",
-                help="claim file or folder to run instead of the ini's voiceperf_claims (repeatable)")
-    g.addoption("--voiceperf-json", metavar="PATH", help="write every result with provenance to PATH")
-    g.addoption("--voiceperf-strict", action="store_true", help="an unmeasured claim fails the run")
-    g.addoption("--voiceperf-device", choices=("auto", "cpu", "cuda"), default="auto",
-                help="where probes run (auto: CUDA when present)")
-    g.addoption("--voiceperf-profile", metavar="NAME",
-                help="which cases of each claim run (claims' 'profiles'); default: cpu or cuda by device; "
-                     "'full' runs every case")
-    g.addoption("--voiceperf-model", action="append", default=[], metavar="NAME=PATH",
-                help="name a model: real weights for a catalog name (path or hub id), or a folder holding a "
-                     "config.json (dummy weights of that architecture) or a config.json and weights")
-    g.addoption("--voiceperf-data", action="append", default=[], metavar="NAME=PATH",
-                help="a data set a claim needs (e.g. an ASR manifest)")
-    g.addoption("--voiceperf-bin", action="append", default=[], metavar="NAME=PATH",
-                help="a native engine the plugin cannot install: its library or build folder "
-                     "(e.g. parakeet=PATH/libparakeet.so)")
-    g.addoption("--voiceperf-spec", action="append", default=[], metavar="KEY=VALUE",
-                help="datasheet figure of this device (mem_bw, bf16_flops, fp16_flops)")
-    g.addoption("--voiceperf-timeout", type=float, metavar="S", help="time limit of one claim case (seconds)")
-    g.addoption("--voiceperf-threads", type=int, metavar="N",
-                help="CPU threads for the probes that run in the pytest process (torch.set_num_threads)")
-    g.addoption("--voiceperf-save", nargs="?", const="run", default=None, metavar="NAME",
-                help="save this run's results as a baseline under .voiceperf/<machine-id>/")
-    g.addoption("--voiceperf-baseline", metavar="PATH|NAME",
-                help="gate this run against a saved run: fail figures that regressed significantly and "
-                     "claims that passed there and fail now")
-    g.addoption("--voiceperf-allow-mismatch", nargs="?", const="all", default=None, metavar="CHECK[,CHECK]",
-                help="compare with a baseline from another machine: the checks to waive (gpu, cpu_model, "
-                     "cpu_isa; all when none is named). Software changes are compared, never refused")
-    g.addoption("--voiceperf-gate", choices=("changes", "absolute"), default=None,
-                help="with a baseline: 'changes' (default, ini voiceperf_gate) fails regressions and claims "
-                     "that passed in the baseline and fail now, and reports a claim that failed there too as "
-                     "xfailed (known failure); 'absolute' fails every failed claim as without a baseline")
-    g.addoption("--voiceperf-min-guarded", type=float, default=None, metavar="SHARE",
-                help="the share of the baseline's figures this run must decide, else the gate fails "
-                     "(default: ini voiceperf_min_guarded)")
-    g.addoption("--voiceperf-engine-arg", action="append", default=[], metavar="FAMILY:KEY=VALUE",
-                help="an engine option for every engine of a family (e.g. vllm:enforce_eager=true, "
-                     "vllm:max_num_seqs=256, vllm:kv_cache_dtype=fp8); recorded in provenance")
-    g.addoption("--voiceperf-llm", action="append", default=[], metavar="NAME=PATH",
-                help="run the LLM claims on your own model too: NAME joins every LLM claim's model list "
-                     "(PATH: a folder with config.json, and weights for real ones)")
-    g.addoption("--voiceperf-gpus", metavar="all|N", help="one pytest-xdist worker per GPU")
-    g.addoption("--voiceperf-resume", metavar="PATH",
-                help="finish an interrupted run: skip the cases that PATH (a results file or its .partial) "
-                     "already holds, and copy them into this run's results (cases that ended in 'error' run again)")
-    parser.addini("voiceperf_claims", "claim files or folders", type="paths", default=[])
-    parser.addini("voiceperf_claim_pattern", "regular expression a claim file's name must match under the claim "
-                  "folders (a file named on the command line is always read)", default=r"\.ya?ml$")
-    parser.addini("voiceperf_timeout", "time limit of one claim case in seconds (unset: 900, and a claim's own "
-                  "timeout stands; set: a cap no claim can raise)", default="")
-    parser.addini("voiceperf_start_timeout", "time limit of one engine start in seconds", default="600")
-    parser.addini("voiceperf_ceiling_slack", "how far above a measured ceiling a figure may be", default="0.03")
-    parser.addini("voiceperf_tolerance", "relative change the baseline gate tolerates (above the machine's "
-                  "run-to-run noise: voiceperf repro measures it)", default=str(DEFAULT_TOLERANCE))
-    parser.addini("voiceperf_alpha", "significance level of the baseline gate", default="0.05")
-    parser.addini("voiceperf_gate", "with a baseline: changes (known failures do not fail the run) or absolute",
-                  default="changes")
-    parser.addini("voiceperf_min_guarded", "share of the baseline's figures a gated run must decide "
-                  "(regressed, improved or unchanged), else it fails", default="0.8")
-    parser.addini("voiceperf_baseline_missing", "a --voiceperf-baseline that does not exist yet: 'pass' (a notice; "
-                  "failed claims are reported as xfailed: nothing to gate against) or 'fail' (usage error)",
-                  default="pass")
-    parser.addini("voiceperf_gate_max_rounds", "with a baseline: rounds a case may take until the gate decides "
-                  "its figures", default="10")
-    parser.addini("voiceperf_gate_round_seconds", "with a baseline: seconds the rounds added until the gate decides "
-                  "may take per case", default="180")
-    parser.addini("voiceperf_save_min_rounds", "rounds per timed case of a run saved with --voiceperf-save (a "
-                  "baseline's rounds bound what later runs can decide; --voiceperf-rounds wins)", default="6")
-    parser.addini("voiceperf_quiet_wait", "after min_rounds rounds of a probe dropped in a row as disturbed: seconds "
-                  "to wait for a quiet machine before taking them again (0: give up at once)", default="120")
-    parser.addini("voiceperf_engine_args", "engine options, one per line: FAMILY:KEY=VALUE", type="linelist",
-                  default=[])
-    parser.addini("voiceperf_llms", "your own LLMs, one per line: NAME=PATH (joins every LLM claim's models)",
-                  type="linelist", default=[])
-    g.addoption("--voiceperf-rounds", metavar="MIN[:MAX]",
-                help="independent rounds per case: MIN before deciding, up to MAX while the interval straddles "
-                     "the bound (default: ini voiceperf_min_rounds / voiceperf_max_rounds)")
-    g.addoption("--voiceperf-all-figures", action="store_true",
-                help="the baseline gate compares every probe output with a direction, not only the metric and "
-                     "each probe's primary figure")
-    parser.addini("voiceperf_min_rounds", "rounds per case before the verdict is decided", default="3")
-    parser.addini("voiceperf_max_rounds", "rounds per case at most while the interval straddles the bound", default="6")
-    parser.addini("voiceperf_round_seconds", "seconds the rounds added to one case may take", default="60")
-    parser.addini("voiceperf_noise_floor", "the verdict's interval is at least the figure +- this fraction "
-                  "(drift between runs that one run's rounds cannot show)", default="0.01")
-    parser.addini("voiceperf_disturbed_cpu", "CPU cores other processes may use during a round before it is "
-                  "disturbed (default 0.25, or the environment's VOICEPERF_DISTURBED_CPU)", default="")
+    cmdline.add_options(parser)
 
 
 def _enabled(config) -> bool:
     return bool(config.getoption("voiceperf", False))
 
 
-def _kv(items: list[str], what: str, convert=str) -> dict:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise pytest.UsageError(f"--voiceperf-{what} expects NAME=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = convert(v.strip())
-        except ValueError:
-            raise pytest.UsageError(f"--voiceperf-{what} {item!r}: {v!r} is not a number") from None
-    return out
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -221,7 +122,8 @@ def pytest_sessionstart(session):
     config = session.config
     if not _enabled(config):
         return
-    from .session import Options, VoiceperfSession
+    from .options import Options
+    from .session import VoiceperfSession
 
     def ini_float(name):
         try:
@@ -230,15 +132,16 @@ def pytest_sessionstart(session):
             raise pytest.UsageError(f"ini option {name} must be a number") from None
 
     resumed(config)  # a bad --voiceperf-resume file is a usage error before anything is measured
+    cmdline.engine_pythons(config)
     opts = Options(
         device=config.getoption("voiceperf_device"),
         profile=config.getoption("voiceperf_profile"),
         strict=config.getoption("voiceperf_strict"),
         json_path=config.getoption("voiceperf_json"),
-        model_overrides=_kv(config.getoption("voiceperf_model"), "model"),
-        data=_kv(config.getoption("voiceperf_data"), "data"),
-        bins=_kv(config.getoption("voiceperf_bin"), "bin"),
-        spec_overrides=_kv(config.getoption("voiceperf_spec"), "spec", float),
+        model_overrides=cmdline.kv(config.getoption("voiceperf_model"), "model"),
+        data=cmdline.kv(config.getoption("voiceperf_data"), "data"),
+        bins=cmdline.kv(config.getoption("voiceperf_bin"), "bin"),
+        spec_overrides=cmdline.kv(config.getoption("voiceperf_spec"), "spec", float),
         # the ini's default is empty: set, it is the operator's cap that a claim's own timeout cannot raise
         timeout=config.getoption("voiceperf_timeout") or (ini_float("voiceperf_timeout")
                                                           if config.getini("voiceperf_timeout") else 900.0),
@@ -248,15 +151,16 @@ def pytest_sessionstart(session):
         ceiling_slack=ini_float("voiceperf_ceiling_slack"),
         round_seconds=ini_float("voiceperf_round_seconds"),
         noise_floor=ini_float("voiceperf_noise_floor"),
-        disturbed_cpu=_disturbed_cpu(config),
+        disturbed_cpu=cmdline.disturbed_cpu(config),
         gate_max_rounds=int(ini_float("voiceperf_gate_max_rounds")),
         quiet_wait=ini_float("voiceperf_quiet_wait"),
         gate_round_seconds=ini_float("voiceperf_gate_round_seconds"),
         save_min_rounds=(int(ini_float("voiceperf_save_min_rounds"))
                          if config.getoption("voiceperf_save") and not config.getoption("voiceperf_rounds") else 0),
-        engine_args=engine_args(list(config.getini("voiceperf_engine_args")) +
+        engine_args=cmdline.engine_args(list(config.getini("voiceperf_engine_args")) +
                                 list(config.getoption("voiceperf_engine_arg"))),
-        **_rounds(config),
+        **cmdline.rounds(config),
+        llm_engine=cmdline.llm_engine(config),
     )
     opts.model_overrides = {**user_llms(config), **opts.model_overrides}
     worker = getattr(config, "workerinput", {}).get("workerid")
@@ -286,80 +190,22 @@ def pytest_sessionstart(session):
             vs.gate = g
 
 
-def _disturbed_cpu(config) -> float:
-    v = config.getini("voiceperf_disturbed_cpu") or os.environ.get("VOICEPERF_DISTURBED_CPU") or "0.25"
-    try:
-        return float(v)
-    except ValueError:
-        raise pytest.UsageError(f"voiceperf_disturbed_cpu must be a number of CPU cores, got {v!r}") from None
 
 
-def _rounds(config) -> dict:
-    def as_int(v, what):
-        try:
-            n = int(v)
-        except ValueError:
-            raise pytest.UsageError(f"{what} must be a whole number of rounds, got {v!r}") from None
-        if n < 1:
-            raise pytest.UsageError(f"{what} must be 1 or more, got {n}")
-        return n
-
-    lo = as_int(config.getini("voiceperf_min_rounds"), "ini voiceperf_min_rounds")
-    hi = as_int(config.getini("voiceperf_max_rounds"), "ini voiceperf_max_rounds")
-    opt = config.getoption("voiceperf_rounds")
-    if opt:
-        a, _, b = str(opt).partition(":")
-        lo = as_int(a, "--voiceperf-rounds MIN")
-        hi = as_int(b, "--voiceperf-rounds MAX") if b else max(hi, lo)
-    if lo > hi:
-        raise pytest.UsageError(f"voiceperf rounds: min {lo} is above max {hi}")
-    return {"min_rounds": lo, "max_rounds": hi}
 
 
-ENGINE_ARG_FAMILIES = ("vllm",)  # the engines that take the user's options (vLLM's LLM(...) arguments)
-PLUGIN_DECIDES = ("model", "load_format", "skip_tokenizer_init", "tokenizer")
 
 
-def engine_args(items: list[str]) -> dict[str, dict]:
-    """FAMILY:KEY=VALUE items -> {family: {key: value}}; values are read as JSON where they parse
-    (true, 256, 0.9, {"level": 0}), else kept as text (fp8)."""
-    import json
-
-    out: dict[str, dict] = {}
-    for item in items:
-        fam, sep, kv = item.partition(":")
-        key, eq, val = kv.partition("=")
-        if not sep or not eq or not fam.strip() or not key.strip():
-            raise pytest.UsageError(f"voiceperf engine option {item!r}: expected FAMILY:KEY=VALUE "
-                                    "(e.g. vllm:enforce_eager=true)")
-        if fam.strip() not in ENGINE_ARG_FAMILIES:
-            raise pytest.UsageError(f"voiceperf engine option {item!r}: options are taken for the "
-                                    f"{', '.join(ENGINE_ARG_FAMILIES)} engine(s), not {fam.strip()!r}")
-        if key.strip() in PLUGIN_DECIDES:
-            raise pytest.UsageError(f"voiceperf engine option {item!r}: {key.strip()} is the plugin's to set "
-                                    "(the model and its weights come from --voiceperf-model / --voiceperf-llm)")
-        try:
-            v = json.loads(val.strip())
-        except ValueError:
-            v = val.strip()
-        out.setdefault(fam.strip(), {})[key.strip()] = v
-    return out
 
 
-def _gate_option(config, opt: str, ini: str, convert=str):
-    v = config.getoption(opt)
-    if v is None:
-        v = config.getini(ini)
-    try:
-        return convert(v)
-    except ValueError:
-        raise pytest.UsageError(f"ini option {ini} has a bad value {v!r}") from None
+
+
 
 
 def _load_gate(config, vs, spec):
     from . import gate, storage
 
-    mode = _gate_option(config, "voiceperf_gate", "voiceperf_gate")
+    mode = cmdline.gate_option(config, "voiceperf_gate", "voiceperf_gate")
     if mode not in ("changes", "absolute"):
         raise pytest.UsageError(f"ini option voiceperf_gate must be 'changes' or 'absolute', not {mode!r}")
     try:
@@ -389,7 +235,7 @@ def _load_gate(config, vs, spec):
     g = gate.Gate(str(path), doc, tolerance=float(config.getini("voiceperf_tolerance")),
                   alpha=float(config.getini("voiceperf_alpha")),
                   all_figures=bool(config.getoption("voiceperf_all_figures")), mode=mode,
-                  min_guarded=_gate_option(config, "voiceperf_min_guarded", "voiceperf_min_guarded", float))
+                  min_guarded=cmdline.gate_option(config, "voiceperf_min_guarded", "voiceperf_min_guarded", float))
     # each figure may be looked at once per round from the first decision to the gate's last round
     g.looks = max(1, max(vs.options.max_rounds, vs.options.gate_max_rounds) - vs.options.min_rounds + 1)
     return g
@@ -411,15 +257,17 @@ def pytest_collection_modifyitems(session, config, items):
         for line in again if tr is not None else []:
             tr.write_line(f"voiceperf resume: {line}", yellow=True)
     done = resumed(config)  # cases an interrupted run already finished
+    # --voiceperf-device cuda without a GPU selects what a GPU runner would run (they go unmeasured, saying why)
+    device = "cuda" if vs is not None and vs.device.startswith("cuda") else "cpu"
     for item in items:
-        if isinstance(item, ClaimItem) and (not item.in_profile(profile, vs.device if vs else "cpu")
-                                            or item.nodeid in done):
+        if isinstance(item, ClaimItem) and (not item.in_profile(profile, device) or item.nodeid in done):
             dropped.append(item)
         else:
             keep.append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+        _say_other_device(config, profile, device, dropped)
     # claims that share an engine run one after the other (one engine start each)
     order = {id(it): i for i, it in enumerate(items)}
     items.sort(key=lambda it: (getattr(it, "engine_key", "") or "", order[id(it)]))
@@ -428,6 +276,24 @@ def pytest_collection_modifyitems(session, config, items):
         from .gpus import group_items
 
         group_items(items)
+
+
+def _say_other_device(config, profile: str, device: str, dropped) -> None:
+    """A profile leaves out the cases of another device; say so once, not as one problem per case."""
+    other = [it for it in dropped if getattr(it, "case", None) is not None and it.case.other_device(device)]
+    if other:
+        config.stash[STASH_OTHER_DEVICE] = (f"voiceperf: {len(other)} cases of another device left out (profile "
+                                            f"{profile} on {device}; --voiceperf-profile full runs them too)")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    if _enabled(config):
+        benchmark_json(config, output_json)
+
+
+def pytest_report_collectionfinish(config, start_path, items):
+    return config.stash.get(STASH_OTHER_DEVICE, None)
 
 
 def pytest_collection_finish(session):
@@ -493,14 +359,14 @@ def apply_verdict(item, call, rep) -> None:
             else:
                 rep.longrepr = f"{rep.longrepr}\n{msg}"
     elif (STASH_NO_BASELINE in item.config.stash and result.outcome in ("failed", "error")
-          and _gate_option(item.config, "voiceperf_gate", "voiceperf_gate") == "changes"):
+          and cmdline.gate_option(item.config, "voiceperf_gate", "voiceperf_gate") == "changes"):
         result.reason = f"no baseline yet, nothing to gate against: {result.reason}"
         result.outcome = "xfailed"
     if result.outcome == "xfailed" and rep.outcome == "failed":  # a known failure (see Gate.apply)
         rep.outcome = "skipped"
         rep.wasxfail = result.reason
     rep.voiceperf_outcome = result.outcome
-    rep.voiceperf = result.to_json()
+    rep.voiceperf = result.dump()
     rep.user_properties.append(("voiceperf_outcome", result.outcome))
     if result.value is not None:
         rep.user_properties.append(("voiceperf_value", result.value))
@@ -601,13 +467,15 @@ def pytest_sessionfinish(session, exitstatus):
 @pytest.fixture(scope="session")
 def voiceperf(request):
     """The voiceperf session for checks written in Python: ``voiceperf.probe("hw.read_bandwidth")``."""
-    from .session import Options, ProbeContext, VoiceperfSession
+    from .context import ProbeContext
+    from .options import Options
+    from .session import VoiceperfSession
 
     vs = get_session(request.config)
     if vs is None:
         state = request.config.stash.get(STASH_STATE, None) or State(request.config)
         vs = VoiceperfSession(Options(device=request.config.getoption("voiceperf_device"),
-                             disturbed_cpu=_disturbed_cpu(request.config)), state.registry,
+                             disturbed_cpu=cmdline.disturbed_cpu(request.config)), state.registry,
                      request.config.rootpath)
         request.addfinalizer(vs.close)
     import time

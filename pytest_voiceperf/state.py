@@ -59,6 +59,7 @@ STASH_STATE = pytest.StashKey[State]()
 STASH_GATE = pytest.StashKey["Gate"]()
 STASH_NO_BASELINE = pytest.StashKey[str]()  # the notice when --voiceperf-baseline names no saved run yet
 STASH_LOCK = pytest.StashKey[Any]()  # the results file's WriterLock, held by the process that writes it
+STASH_OTHER_DEVICE = pytest.StashKey[str]()  # the line saying how many cases of another device a profile left out
 
 
 def gate_changes(config: pytest.Config) -> list[str]:
@@ -188,3 +189,20 @@ def write_results(config, complete: bool) -> dict | None:
         if complete and partial.exists():
             partial.unlink()
     return doc
+
+
+def benchmark_json(config, output_json: dict) -> None:
+    """pytest-benchmark in the same session writes its JSON (``--benchmark-json``, ``--benchmark-autosave``):
+    voiceperf's figures join its ``benchmarks`` as ``voiceperf export --format pytest-benchmark`` writes them
+    (durations over the rounds; the figures that are not a time or a rate listed under ``voiceperf.left_out``)."""
+    state = config.stash.get(STASH_STATE, None)
+    vs = get_session(config)
+    if state is None or vs is None or hasattr(config, "workerinput"):
+        return
+    from . import exports, results
+    from .record import results_file
+
+    doc = results.document(vs, kept(config, state) + list(state.results.values()), config)
+    data, left_out = exports.pytest_benchmark(results_file(doc))
+    output_json.setdefault("benchmarks", []).extend(data["benchmarks"])
+    output_json["voiceperf"] = {"benchmarks": len(data["benchmarks"]), "left_out": left_out}

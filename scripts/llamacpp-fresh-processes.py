@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 
 from pytest_voiceperf.probes import load_registry
-from pytest_voiceperf.session import Options, ProbeContext, VoiceperfSession
+from pytest_voiceperf.context import ProbeContext
+from pytest_voiceperf.options import Options
+from pytest_voiceperf.session import VoiceperfSession
 
 ARGS = {"batch": 1, "dtype": "bfloat16", "engine": "llamacpp", "model": "qwen3-0.6b", "prompt_len": 32,
         "quantization": "q4_0", "reps": 3, "tokens": 64}

@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -50,6 +52,11 @@ def _claims_tolerate_a_busy_machine():
     # hook, because `pytest --voiceperf` loads this conftest as well (testpaths).
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VOICEPERF_DISTURBED_CPU", "4")
+        # the pytest runs these tests start load the pytest plugins of every installed package; two of the
+        # lock's (hypothesis, hydra-core) cost 1.2 s of each run's 1.8 s start on the 2-core VM, and no
+        # test uses them
+        addopts = os.environ.get("PYTEST_ADDOPTS", "")
+        mp.setenv("PYTEST_ADDOPTS", f"{addopts} -p no:hypothesispytest -p no:hydra_pytest".strip())
         yield
 
 

@@ -383,7 +383,7 @@ def test_cases_of_one_nemo_engine_run_together(pytester):
 
     root = Path(__file__).resolve().parents[1] / "claims" / "asr"
     res = pytester.runpytest("--voiceperf", "--voiceperf-claims", str(root), "--voiceperf-profile", "cuda",
-                             "--collect-only", "-q")
+                             "--voiceperf-device", "cuda", "--collect-only", "-q")
     ids = [line.split("::")[-1] for line in res.outlines if "::" in line]
     bf16 = [i for i, n in enumerate(ids) if n.startswith("asr-streams-per-gpu")]
     fp32 = [i for i, n in enumerate(ids) if n.startswith(("asr-cache-aware", "asr-chunk-table", "asr-frame-80ms"))]

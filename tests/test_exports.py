@@ -64,3 +64,26 @@ def test_bencher_metric_format_has_the_interval_as_bounds(tmp_path):
         (slug, m), = measures.items()
         assert slug == slug.lower() and " " not in slug
         assert m["lower_value"] <= m["value"] <= m["upper_value"], (bench, m)
+
+
+def test_with_pytest_benchmark_in_the_same_session_the_claims_join_its_json(pytester):
+    """A suite with the user's own pytest-benchmark tests and voiceperf claims: --benchmark-json holds both."""
+    pytest.importorskip("pytest_benchmark")
+    from helpers import CONST_PROBE, claim
+
+    pytester.makeconftest(CONST_PROBE)
+    pytester.makepyfile(test_mine="def test_sum(benchmark):\n    benchmark(sum, range(1000))\n")
+    pytester.mkdir("claims")
+    (pytester.path / "claims" / "c.yaml").write_text(claim("c-rate", metric="m.rate", expect="{min: 0.5}"))
+    res = pytester.runpytest_subprocess("--voiceperf", "--benchmark-json", "bench.json", "test_mine.py", "claims")
+    res.assert_outcomes(passed=2)
+    doc = json.loads((pytester.path / "bench.json").read_text())
+    names = [b["fullname"] for b in doc["benchmarks"]]
+    assert "test_mine.py::test_sum" in names
+    mine = next(b for b in doc["benchmarks"] if b["fullname"].startswith("claims/c.yaml::c-rate"))
+    assert mine["name"].endswith("[s per tok, inverse of tok/s]") and len(mine["stats"]["data"]) >= 3
+    assert doc["voiceperf"]["benchmarks"] >= 1
+    r = subprocess.run([sys.executable, "-m", "pytest_benchmark", "compare", "bench.json"], capture_output=True,
+                       text=True, cwd=pytester.path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "test_sum" in r.stdout and "c-rate" in r.stdout

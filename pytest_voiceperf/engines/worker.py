@@ -130,7 +130,9 @@ def main(argv: list[str]) -> int:
                 engine = mod.Engine(**msg.get("spec", {}))
                 if not isinstance(engine, Engine):
                     raise TypeError(f"{mod.__name__}.Engine lacks info() or close(): see pytest_voiceperf.engines.Engine")
-                _reply({"ok": True, "result": engine.info()})
+                info = dict(engine.info())
+                info.setdefault("worker_python", sys.executable)  # which environment ran it (--voiceperf-python)
+                _reply({"ok": True, "result": info})
             elif op == "call":
                 method = msg["method"]
                 if engine is None or method.startswith("_") or not hasattr(engine, method):

@@ -78,6 +78,9 @@ class ProbeSpec:
     one_figure: bool = False
     # argument -> (lowest, highest) a claim may give (COMMON_RANGES by argument name otherwise)
     ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # runs no engine of its own but calls probes that do (pipeline.turn): the CPU its engines use during
+    # its rounds is its own work, not another process disturbing them
+    nests_engines: bool = False
 
     def range_of(self, arg: str) -> tuple[float, float] | None:
         return self.ranges.get(arg) or COMMON_RANGES.get(arg)
@@ -138,7 +141,7 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
           engine_key: Callable[[dict], str] | None = None, exact: Iterable[str] = (),
           sorts_with: Callable[[dict], tuple[str, dict]] | None = None,
           ends_with: Callable[[dict], tuple[str, dict]] | None = None, one_figure: bool = False,
-          ranges: dict[str, tuple[float, float]] | None = None):
+          ranges: dict[str, tuple[float, float]] | None = None, nests_engines: bool = False):
     """Decorator: declare a probe. Its keyword parameters (with defaults) are the claim's arguments."""
 
     def wrap(fn):
@@ -153,7 +156,8 @@ def probe(name: str, *, outputs: dict[str, str], engine: str | None = None, choi
         fn.voiceperf_probe = ProbeSpec(name, fn, dict(outputs), params, inspect.getdoc(fn) or "", engine,
                                        {k: tuple(v) for k, v in (choices or {}).items()}, engine_key,
                                        frozenset(exact), sorts_with, ends_with, bool(one_figure),
-                                       {k: (float(lo), float(hi)) for k, (lo, hi) in (ranges or {}).items()})
+                                       {k: (float(lo), float(hi)) for k, (lo, hi) in (ranges or {}).items()},
+                                       bool(nests_engines))
         return fn
 
     return wrap

@@ -28,28 +28,42 @@ to 512 concurrent requests on CUDA (the largest captured graph), 16 tokens x 1 u
 """
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
+import importlib
 import json
 import math
 import os
 import statistics
 
+from ..engines import families, installed, of_kind
+from ..engines.llm_specs import LLMCall
 from . import Measurement, Unmeasured, probe
 
-ENGINES = ("auto", "vllm", "transformers", "llamacpp")
+
+def engines() -> tuple[str, ...]:
+    """What a claim may name as an llm.* call's engine: auto, then every family of kind "llm" (the
+    built-ins and those other packages register, see docs/engines.md)."""
+    return ("auto",) + tuple(of_kind("llm"))
+
+
 DTYPES = ("bfloat16", "float16", "float32")
 QUANTS = ("none", "fp8", "q4_0", "q8_0", "f16")
 GGUF_QUANTS = ("q4_0", "q8_0", "f16")  # llama.cpp's weight formats: engine "auto" picks llama.cpp for them
 
 
 # -- arguments and engine specs ---------------------------------------------------------------
-def _family(engine: str, quant: str | None = None) -> str:
+def _family(engine: str, quant: str | None = None, preferred: str | None = None) -> str:
+    """The family an llm.* call runs on. ``auto``: llama.cpp for its GGUF formats, else the one the
+    operator named (--voiceperf-llm-engine), else vLLM where installed (in its own interpreter too,
+    --voiceperf-python), else transformers."""
     if engine == "auto":
         if quant in GGUF_QUANTS:
             return "llamacpp"
-        return "vllm" if importlib.util.find_spec("vllm") is not None else "transformers"
-    if engine not in ENGINES:
-        raise Unmeasured(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+        if preferred:
+            return preferred
+        return "vllm" if installed("vllm") else "transformers"
+    if engine not in engines():
+        raise Unmeasured(f"engine {engine!r} is not one of {', '.join(engines())}")
     return engine
 
 
@@ -94,47 +108,53 @@ def claim_engine_args(text) -> dict:
 
 def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False,
           tp: int = 1, engine_args: str = "") -> tuple[str, dict, dict]:
-    """(family, engine spec, model entry); the same arguments always give the same spec (shared engine)."""
+    """(family, engine spec, model entry): the call checked here, the spec built by the family's own
+    spec function (engines/llm_specs.py for the built-ins). The same arguments always give the same
+    spec (one shared engine)."""
     m = ctx.model(model)
     if m["family"] not in (None, "llm"):
         raise Unmeasured(f"model {model!r} is a {m['family']} model, not an LLM")
     q = _quant(quantization)
-    fam = _family(engine, q)
-    if tp > 1 and fam != "vllm":
-        raise Unmeasured(f"tensor parallel (tp {tp}) runs on the vLLM engine only, not {fam}")
+    fam = _family(engine, q, getattr(ctx, "llm_engine", None))
+    family = families()[fam]
+    if tp > 1 and not family.tensor_parallel:
+        raise Unmeasured(f"tensor parallel (tp {tp}) runs on {_able('tensor_parallel')}, not {fam}")
     if dtype not in DTYPES:
         raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    base = {"model": model, "config": m["config"], "weights": m["weights"], "device": ctx.device}
-    if fam in ("vllm", "transformers"):
+    if family.torch_half_on_cpu:
         _emulated_half_check(ctx, m, dtype)
+    # the operator's engine options, then the call's own: part of the spec, so other options are
+    # another engine (and another probe call: engine_args is an argument)
     own = claim_engine_args(engine_args)
-    if own and fam != "vllm":
-        raise Unmeasured(f"engine_args are vLLM options; this call runs on {fam}")
-    if fam == "vllm":
-        # the operator's engine options, then the call's own: part of the spec, so other options are
-        # another engine (and another probe call: engine_args is an argument)
-        opts = {**ctx.engine_args(fam), **own}
-        if opts:
-            base["engine_args"] = opts
-        if q not in (None, "fp8"):
-            raise Unmeasured(f"vLLM runs quantization none or fp8 here, not {q!r}")
-        if q == "fp8" and ctx.device != "cuda":
-            raise Unmeasured("FP8 weights (vLLM quantization='fp8') need a CUDA GPU; this run is on the CPU")
-        # one engine per model and precision: prefix caching is on (vLLM's default) for every claim;
-        # an honest prefill uses distinct random prompts and is proven uncached by vLLM's own
-        # num_cached_tokens == 0, the cache trap repeats one prompt on the same engine
-        spec = dict(base, dtype=dtype, quantization=q, prefix_caching=True)
-        if tp > 1:
-            spec["tensor_parallel_size"] = _tp_check(ctx, tp)
-    elif fam == "transformers":
-        if q is not None:
-            raise Unmeasured(f"the transformers engine runs unquantized weights only, not {q!r}")
-        if cache:
-            raise Unmeasured("the transformers engine has no prefix cache")
-        spec = dict(base, dtype=dtype)
-    else:  # llamacpp
-        spec = dict(base, quant=q or "f16")
-    return fam, spec, m
+    if tp > 1:
+        tp = _tp_check(ctx, tp)
+    call = LLMCall(model, m["config"], m["weights"], ctx.device, dtype, q, bool(cache), tp,
+                   {**ctx.engine_args(fam), **own})
+    return fam, family_spec(fam, call), m
+
+
+def _able(capability: str) -> str:
+    """The LLM families that declare ``capability`` (a Family flag), for a refusal's words."""
+    return " or ".join(n for n in of_kind("llm") if getattr(families()[n], capability)) or "no engine here"
+
+
+def family_spec(fam: str, call: LLMCall) -> dict:
+    """The engine spec of a call: the family's spec function's, or the call's fields as they are when it
+    has none."""
+    family = families()[fam]
+    if family.spec is None:
+        spec = {k: v for k, v in dataclasses.asdict(call).items() if v not in (None, {}, False)}
+        return spec
+    mod, _, name = family.spec.partition(":")
+    try:
+        fn = getattr(importlib.import_module(mod), name)
+    except Exception as exc:  # a broken plugin makes its calls unmeasured, never the session an error
+        raise Unmeasured(f"engine {fam}: its spec function {family.spec} could not be loaded: "
+                         f"{type(exc).__name__}: {exc}") from None
+    spec = fn(call)
+    if not isinstance(spec, dict):
+        raise Unmeasured(f"engine {fam}: its spec function {family.spec} gave {type(spec).__name__}, not a dict")
+    return spec
 
 
 # An x86 CPU without AVX-512 has no fast half-precision path: on an AVX2-only host (2 cores) vLLM ran
@@ -249,7 +269,7 @@ def _matmul_key(spec: dict) -> str:
                 "params": "", "non_embedding_params": "", "total_tok_s": "tok/s", "tp": ""},
        exact=("weight_bytes", "read_bytes", "kv_bytes_per_token", "kv_read_bytes", "generated", "bytes_per_weight",
               "params", "non_embedding_params", "tp"),
-       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+       choices={"engine": engines(), "dtype": DTYPES, "quantization": QUANTS})
 def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
            tokens: int = 0, reps: int = 0, prompt_len: int = 32, batch: int = 1, tp: int = 1, engine_args: str = ""):
     """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it.
@@ -302,7 +322,7 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
                 "ttft_s": "s", "non_embedding_params": "", "cached_tokens": "tokens"},
        exact=("prompt_len", "non_embedding_params"),
-       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
+       choices={"engine": engines(), "dtype": DTYPES, "quantization": QUANTS, "cache": ("off", "on")})
 def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
             prompt_len: int = 1024, reps: int = 0, cache: str = "off", engine_args: str = ""):
     """Prefill tok/s of one request (max_tokens=1) with distinct random prompts; ``cache: on`` repeats
@@ -389,8 +409,8 @@ def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -
 def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len, at, max_batch, stop_gain,
                engine_args=""):
     fam, spec, m = _spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
-    if fam == "llamacpp":
-        raise Unmeasured("the llama.cpp engine here decodes one sequence at a time; use vllm for batching")
+    if not families()[fam].batches:
+        raise Unmeasured(f"the {fam} engine here decodes one sequence at a time; use {_able('batches')} for batching")
     tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 16)
     reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
     at = _int(at, "at")
@@ -424,7 +444,7 @@ BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "t
 
 
 @probe("llm.batch", engine="llm", engine_key=_key, outputs=BATCH_OUT,
-       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+       choices={"engine": engines(), "dtype": DTYPES, "quantization": QUANTS})
 def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
           at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0, prompt_len: int = 32,
           stop_gain: float = 0.1, engine_args: str = ""):
@@ -474,7 +494,7 @@ def _ratios(top: list, one: list) -> list[float]:
        outputs={"crossover": "requests", "saturated_at": "requests", "gain_last": "fraction",
                 "bytes_per_weight": "B", "flops_max": "FLOP/s", "total_1": "tok/s", "total_max": "tok/s"},
        exact=("saturated_at", "bytes_per_weight"),
-       choices={"engine": ENGINES, "dtype": DTYPES, "quantization": QUANTS})
+       choices={"engine": engines(), "dtype": DTYPES, "quantization": QUANTS})
 def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16",
               quantization: str = "none", at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0,
               prompt_len: int = 32, stop_gain: float = 0.1, engine_args: str = ""):
@@ -528,7 +548,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
 @probe("llm.decode_fit", engine="llm", engine_key=_key,
        outputs={"overhead_ms": "ms", "max_rel_residual": "fraction", "fit_bw": "B/s", "fit_overhead_ms": "ms",
                 "n_points": "", "read_bw": "B/s"},
-       choices={"engine": ENGINES})
+       choices={"engine": engines()})
 def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: str = "auto", tokens: int = 0,
                reps: int = 0, prompt_len: int = 32):
     """Per-token time = bytes read / measured read bandwidth + one fixed overhead, over several models.

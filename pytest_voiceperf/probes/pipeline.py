@@ -51,7 +51,7 @@ def _tts_call(a: dict) -> tuple[str, dict]:
     return "tts.rtf", {"model": a["tts_model"], "timesteps": int(a["tts_timesteps"]), "dtype": a["tts_dtype"]}
 
 
-@probe("pipeline.turn", sorts_with=_llm_call, ends_with=_tts_call, outputs={
+@probe("pipeline.turn", sorts_with=_llm_call, ends_with=_tts_call, nests_engines=True, outputs={
     "asr_s": "s", "llm_s": "s", "tts_s": "s", "total_s": "s", "asr_share": "", "llm_share": "", "tts_share": "",
     "utterance_s": "s", "reply_audio_s": "s", "reply_tokens": "tokens", "llm_bw_fraction": "",
 })
