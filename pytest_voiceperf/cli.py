@@ -215,8 +215,7 @@ def cmd_compare(args) -> int:
         if r.value is None and not r.probes and not r.is_disturbed:
             continue
         for c in g.check(r):
-            if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed") \
-                    or args.verbose:
+            if gate.shown(c) or args.verbose:
                 lines.append(f"{c.verdict.upper():<12} {r.nodeid}  {c.text()}")
     if args.format == "markdown":
         print(g.markdown(changed))
@@ -225,7 +224,9 @@ def cmd_compare(args) -> int:
             print(line)
         print(g.summary_line())
         print(g.guarded_line())
-    return 1 if (g.failed() and args.fail) else 0
+    if not (g.failed() and args.fail):
+        return 0
+    return 3 if g.undecided() else 1
 
 
 def cmd_save(args) -> int:
@@ -361,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("compare", help="compare two results files as the baseline gate does (NEW alone: against "
                                        "the baseline that run was gated against, with its settings)")
     s.add_argument("files", nargs="+", metavar="[OLD] NEW")
-    s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed, a verdict changed for the "
-                                                       "worse, or less than --min-guarded of the figures was decided")
+    s.add_argument("--fail", action="store_true", help="exit 1 when a figure regressed or a verdict changed for "
+                                                       "the worse; exit 3 when nothing did but less than --min-guarded "
+                                                       "of the figures was decided (measure again)")
     s.add_argument("--tolerance", type=float, default=COMPARE_DEFAULTS["tolerance"])
     s.add_argument("--alpha", type=float, default=COMPARE_DEFAULTS["alpha"])
     s.add_argument("--allow-mismatch", nargs="?", const="all", default=None, metavar="CHECK[,CHECK]",

@@ -116,13 +116,14 @@ def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
     return out
 
 
-def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> str:
-    """Why a case's timed figures cannot be compared between the two runs, or '': a ceiling its probes
-    were checked against (the same hardware probe, measured in each session) moved beyond the
-    tolerance between the runs. The machine was faster or slower, which no code change of the engine
-    explains (2-core VM, two days: bf16 matmul 886 and 796 GFLOP/s, and every engine 12-24% slower
-    with it, llama.cpp's untouched decode included). The ceiling's own claim (hw-*) still compares it."""
-    out = []
+def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> tuple[str, int]:
+    """Why a case's timed figures cannot be compared between the two runs, or '', and which way the
+    machine moved (+1 faster, -1 slower, 0 both or neither): a ceiling its probes were checked against
+    (the same hardware probe, measured in each session) moved beyond the tolerance between the runs.
+    The machine was faster or slower, which no code change of the engine explains (2-core VM, two days:
+    bf16 matmul 886 and 796 GFLOP/s, and every engine 12-24% slower with it, llama.cpp's untouched decode
+    included). The ceiling's own claim (hw-*) still compares it."""
+    out, ways = [], set()
     for alias, p in new.probes.items():
         q = old.probes.get(alias)
         if q is None:
@@ -150,7 +151,8 @@ def machine_changed(old: ResultRecord, new: ResultRecord, tolerance: float) -> s
                         continue
                     seen += f", interval [{rc.ci[0] * 100:+.1f}%, {rc.ci[1] * 100:+.1f}%] over its rounds"
                 out.append(seen)
-    return "; ".join(dict.fromkeys(out))
+                ways.add(1 if ch > 0 else -1)
+    return "; ".join(dict.fromkeys(out)), (ways.pop() if len(ways) == 1 else 0)
 
 
 MACHINE_ALPHA = 0.05  # one-sided level at which a ceiling's rounds say the machine moved between the runs
@@ -168,7 +170,7 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
     tol = float(new.tolerance) if new.tolerance is not None else tolerance
     old_figs = {f[0]: f for f in figures(old, all_figures)}  # the same case's figure by alias and output
     disturbed = new.is_disturbed or old.is_disturbed
-    changed = machine_changed(old, new, tol)  # the same for every timed figure of the case
+    changed, moved = machine_changed(old, new, tol)  # the same for every timed figure of the case
     keys = dict.fromkeys(_probe_keys(new) + _probe_keys(old))  # the calls the case's figures come from
     for name, key, rounds_new, v_new, hib, exact_new in figures(new, all_figures):
         of = old_figs.get(name)
@@ -189,7 +191,7 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
             continue
-        if changed and not (exact_new and of[5]):
+        if changed and not (exact_new and of[5]) and not moved:
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "the machine changed between the runs: " + changed))
             continue
@@ -209,6 +211,18 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             sep = best_new < worst_old / (1 + tol) if hib else best_new > worst_old * (1 + tol)
             if not sep:
                 rc.verdict, rc.note = "inconclusive", f"{_unsteady(old) or _unsteady(new)} figure: the rounds of the two runs overlap"
+        if changed:
+            # a machine that got faster cannot explain a slowdown (nor a slower one a speedup): such a
+            # change stands, understated if anything; any other is left untestable (the move may have
+            # made it, or hidden a real change: a faster machine under a slower engine reads unchanged)
+            if (rc.verdict, moved) in (("regressed", 1), ("improved", -1)):
+                rc.note = (f"{rc.note}; " if rc.note else "") + (
+                    f"the machine was {'faster' if moved > 0 else 'slower'} in this run ({changed}): it cannot "
+                    "explain this change")
+            else:
+                out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
+                                      "the machine changed between the runs: " + changed))
+                continue
         out.append(Comparison(name, of[3], v_new, rc.change if rc.ci else _rel(of[3], v_new),
                               list(rc.ci) if rc.ci else None, rc.verdict, hib, rc.note,
                               [rc.n_old, rc.n_new], rc.level))
@@ -520,6 +534,11 @@ class Gate:
     def failed(self) -> bool:
         return bool(self.counts().get("regressed") or self.changed_verdicts) or not self.guarded()["enough"]
 
+    def undecided(self) -> bool:
+        """Failed only because too few figures were decided (the machine disturbed or changed, a case not
+        measured): nothing regressed and no verdict changed, so measuring again may decide it."""
+        return self.failed() and not (self.counts().get("regressed") or self.changed_verdicts)
+
     def header(self, changed: list[str]) -> list[str]:
         lines = [f"baseline {self.baseline_path} ({self.provenance.get('created', '?')}, "
                  f"commit {str(self.provenance.get('git_commit') or '?')[:10]}); mode {self.mode}"]
@@ -546,7 +565,8 @@ class Gate:
                  ("; ".join(_md(c) for c in changed) if changed else "nothing recorded (same software)."), ""]
         c = self.counts()
         lines += [", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "no figure compared", ""]
-        for title, want in (("Regressed", "regressed"), ("Improved", "improved"), ("Undecided", "inconclusive")):
+        for title, want in (("Regressed", "regressed"), ("Improved", "improved"), ("Undecided", "inconclusive"),
+                            ("Untestable", "untestable")):
             sel = [(n, x) for n, x in rows if x.verdict == want]
             if not sel:
                 continue
@@ -570,12 +590,18 @@ class Gate:
             tr.write_line(line)
         for nodeid, comps in self.seen:
             for c in comps:
-                if c.verdict in ("regressed", "improved", "inconclusive") or c.note.startswith("disturbed"):
+                if shown(c):
                     tr.write_line(f"{c.verdict.upper():<12} {nodeid.split('::')[-1]} {c.text()}",
                                   red=c.verdict == "regressed", green=c.verdict == "improved")
         tr.write_line(self.summary_line())
         g = self.guarded()
         tr.write_line(self.guarded_line(), red=not g["enough"], bold=not g["enough"])
+
+
+def shown(c: Comparison) -> bool:
+    """A figure the gate's summary lists with its why: all but the unchanged (an untestable one says what
+    kept it from being compared: a disturbed run, a ceiling that moved between the runs)."""
+    return c.verdict != "unchanged"
 
 
 def _md(text: str) -> str:

@@ -210,7 +210,7 @@ class Rounds(SessionBase):
             self.progress(f"{pr.name}: round dropped, machine disturbed: {'; '.join(rec['disturbed'])}")
             return
         try:
-            self.check_ceilings(pr.name, m, ctx)
+            self.check_ceilings(pr.name, m, ctx, len(pr.rounds))
         except Unmeasured as exc:  # an impossible figure voids the probe call for the session
             if not pr.rounds:
                 self._cache[self._key(pr.name, pr.args)] = exc

@@ -71,3 +71,45 @@ def test_the_shipped_gate_passes_main_and_an_unchanged_pr_and_fails_a_slower_mod
     assert "bytes read per token +" in md, md
     assert "model team-llm: num\\_hidden\\_layers 4 -> 12" in md, md
     assert (repo / "summary.md").read_text().count("## voiceperf gate") == 3
+
+
+STUB = """#!/usr/bin/env bash
+# stands in for the interpreter: pytest writes a results file and exits $PYTEST_RC; compare prints a
+# gate and exits with the next of $COMPARE_CODES (3: undecided)
+echo "$*" >> calls.log
+if [ "$2" = pytest ]; then echo '{}' > voiceperf-out/results.json; echo junit > voiceperf-out/junit.xml; exit "$PYTEST_RC"; fi
+if [ "$3" = compare ]; then
+  n=$(grep -c ' compare ' calls.log); codes=($COMPARE_CODES); echo "## voiceperf gate: attempt $n"; exit "${codes[$((n - 1))]}"
+fi
+exit 0
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the script is bash")
+@pytest.mark.parametrize("codes,attempts,runs", [
+    ("3 0", "", 2),    # undecided, then decided: measured again once
+    ("3 3", "", 2),    # undecided twice: stops after the default 2 attempts, still failing
+    ("1", "", 1),      # regressed: never measured again
+    ("0", "", 1),      # passed
+    ("3", "1", 1),     # VOICEPERF_ATTEMPTS=1: never measured again
+])
+def test_the_shipped_gate_measures_again_only_when_it_could_not_decide(tmp_path, codes, attempts, runs):
+    stub = tmp_path / "py"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    (tmp_path / "voiceperf-out").mkdir()
+    env = dict(os.environ, VOICEPERF_BRANCH="feature", VOICEPERF_PYTHON=str(stub), PYTEST_RC="1",
+               COMPARE_CODES=codes, VOICEPERF_ATTEMPTS=attempts or "2")
+    r = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert sum(c.startswith("-m pytest ") for c in calls) == runs, calls
+    assert r.returncode == 1  # the last attempt's pytest status
+    out = tmp_path / "voiceperf-out"
+    md = (out / "gate.md").read_text()
+    assert f"gate: attempt {runs}" in md
+    if runs == 2:
+        assert (out / "results-attempt1.json").exists() and (out / "gate-attempt1.md").exists()
+        assert "Attempt 2 of 2: the earlier attempts left the gate undecided" in md
+        assert "attempt 1 of 2 left the gate undecided" in r.stderr
+    else:
+        assert not list(out.glob("*-attempt*")) and "Attempt" not in md
