@@ -182,14 +182,12 @@ def rounds(config) -> dict:
     return {"min_rounds": lo, "max_rounds": hi}
 
 
-ENGINE_ARG_FAMILIES = ("vllm",)  # the engines that take the user's options (vLLM's LLM(...) arguments)
+def _engine_arg_families() -> list[str]:
+    """The families that take the operator's engine options (Family.engine_args: vLLM's LLM(...)
+    arguments, and those of a plugin family that declares it)."""
+    from .engines import families
 
-
-def _plugin_llm_families() -> list[str]:
-    """LLM families other packages register: their spec function receives the operator's options."""
-    from .engines import BUILTIN, of_kind
-
-    return [n for n in of_kind("llm") if n not in {f.name for f in BUILTIN}]
+    return [n for n, f in families().items() if f.engine_args]
 
 
 PLUGIN_DECIDES = ("model", "load_format", "skip_tokenizer_init", "tokenizer")
@@ -207,9 +205,10 @@ def engine_args(items: list[str]) -> dict[str, dict]:
         if not sep or not eq or not fam.strip() or not key.strip():
             raise pytest.UsageError(f"voiceperf engine option {item!r}: expected FAMILY:KEY=VALUE "
                                     "(e.g. vllm:enforce_eager=true)")
-        if fam.strip() not in ENGINE_ARG_FAMILIES + tuple(_plugin_llm_families()):
+        takes = _engine_arg_families()
+        if fam.strip() not in takes:
             raise pytest.UsageError(f"voiceperf engine option {item!r}: options are taken for the "
-                                    f"{', '.join(ENGINE_ARG_FAMILIES)} engine(s), not {fam.strip()!r}")
+                                    f"{', '.join(takes)} engine(s), not {fam.strip()!r}")
         if key.strip() in PLUGIN_DECIDES:
             raise pytest.UsageError(f"voiceperf engine option {item!r}: {key.strip()} is the plugin's to set "
                                     "(the model and its weights come from --voiceperf-model / --voiceperf-llm)")

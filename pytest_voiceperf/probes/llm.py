@@ -46,22 +46,34 @@ def engines() -> tuple[str, ...]:
     return ("auto",) + tuple(of_kind("llm"))
 
 
+def quants() -> tuple[str, ...]:
+    """What a claim may name as a call's quantization: none, fp8, and the weight formats the LLM
+    families declare as theirs (llama.cpp's GGUF q4_0, q8_0, f16)."""
+    fams = families()
+    return ("none", "fp8") + tuple(dict.fromkeys(q for n in of_kind("llm") for q in fams[n].formats))
+
+
 DTYPES = ("bfloat16", "float16", "float32")
-QUANTS = ("none", "fp8", "q4_0", "q8_0", "f16")
-GGUF_QUANTS = ("q4_0", "q8_0", "f16")  # llama.cpp's weight formats: engine "auto" picks llama.cpp for them
+QUANTS = quants()
 
 
 # -- arguments and engine specs ---------------------------------------------------------------
 def _family(engine: str, quant: str | None = None, preferred: str | None = None) -> str:
-    """The family an llm.* call runs on. ``auto``: llama.cpp for its GGUF formats, else the one the
-    operator named (--voiceperf-llm-engine), else vLLM where installed (in its own interpreter too,
-    --voiceperf-python), else transformers."""
+    """The family an llm.* call runs on. ``auto``: the family whose own weight format the call asks
+    for (Family.formats: llama.cpp's GGUF), else the one the operator named (--voiceperf-llm-engine),
+    else the highest ``Family.auto_rank`` installed here (in its own interpreter too, --voiceperf-python:
+    vLLM, then transformers), else the lowest ranked (its "not installed" is the reason given)."""
     if engine == "auto":
-        if quant in GGUF_QUANTS:
-            return "llamacpp"
+        fams = [families()[n] for n in of_kind("llm")]
+        for f in fams:
+            if quant in f.formats:
+                return f.name
         if preferred:
             return preferred
-        return "vllm" if installed("vllm") else "transformers"
+        ranked = sorted((f for f in fams if f.auto_rank > 0), key=lambda f: -f.auto_rank)
+        if not ranked:
+            raise Unmeasured("engine auto: no LLM family ranks for it (Family.auto_rank); name the engine")
+        return next((f.name for f in ranked if installed(f.name)), ranked[-1].name)
     if engine not in engines():
         raise Unmeasured(f"engine {engine!r} is not one of {', '.join(engines())}")
     return engine
