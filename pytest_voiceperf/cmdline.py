@@ -88,7 +88,9 @@ def add_options(parser) -> None:
                   "may take per case", default="180")
     parser.addini("voiceperf_save_min_rounds", "rounds per timed case of a run saved with --voiceperf-save (a "
                   "baseline's rounds bound what later runs can decide; --voiceperf-rounds wins)", default="6")
-    parser.addini("voiceperf_quiet_wait", "after min_rounds rounds of a probe dropped in a row as disturbed: seconds "
+    parser.addini("voiceperf_disturbed_drops", "rounds of a probe call dropped in a row as disturbed before the run "
+                  "waits for a quiet machine (then, still disturbed, the call is unmeasured)", default="3")
+    parser.addini("voiceperf_quiet_wait", "after voiceperf_disturbed_drops rounds of a probe dropped in a row: seconds "
                   "to wait for a quiet machine before taking them again (0: give up at once)", default="120")
     parser.addini("voiceperf_engine_args", "engine options, one per line: FAMILY:KEY=VALUE", type="linelist",
                   default=[])

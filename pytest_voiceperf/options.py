@@ -28,7 +28,8 @@ class Options:
     noise_floor: float = 0.01  # the interval is never narrower than ±1% of the figure (run-to-run drift)
     disturbed_cpu: float = 0.25  # other processes' CPU cores above which a round is disturbed
     gate_max_rounds: int = 10  # with a baseline: rounds a case may take until the gate decides its figures
-    quiet_wait: float = 120.0  # after min_rounds disturbed rounds in a row: seconds to wait for a quiet machine
+    disturbed_drops: int = 3  # rounds of a probe call dropped in a row as disturbed: the machine is disturbed now
+    quiet_wait: float = 120.0  # after disturbed_drops rounds dropped in a row: seconds to wait for a quiet machine
     gate_round_seconds: float = 180.0  # with a baseline: seconds the rounds added for the gate may take per case
     save_min_rounds: int = 0  # a run saved as a baseline (--voiceperf-save): rounds per timed case at least
     llm_engine: str | None = None  # the family llm.* calls with engine "auto" run on (None: vllm, else transformers)

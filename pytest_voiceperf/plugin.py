@@ -154,6 +154,7 @@ def pytest_sessionstart(session):
         disturbed_cpu=cmdline.disturbed_cpu(config),
         gate_max_rounds=int(ini_float("voiceperf_gate_max_rounds")),
         quiet_wait=ini_float("voiceperf_quiet_wait"),
+        disturbed_drops=max(1, int(ini_float("voiceperf_disturbed_drops"))),
         gate_round_seconds=ini_float("voiceperf_gate_round_seconds"),
         save_min_rounds=(int(ini_float("voiceperf_save_min_rounds"))
                          if config.getoption("voiceperf_save") and not config.getoption("voiceperf_rounds") else 0),

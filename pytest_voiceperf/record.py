@@ -168,13 +168,94 @@ class ResultRecord(BaseModel):
         return self.model_dump(mode="json")
 
 
+class CeilingEnd(BaseModel):
+    """A session ceiling measured again at the end of the run (the gate leaves alone the figures of a
+    call whose ceiling drifted beyond the tolerance)."""
+    model_config = ConfigDict(extra="allow")
+
+    probe: str = Field(description="the hardware probe (hw.read_bandwidth, hw.matmul)")
+    args: dict[str, Any] | None = None
+    call: str | None = Field(None, description="the probe call's key, as the case records name it")
+    output: str | None = None
+    session: float | None = Field(None, description="the session's figure (median of its rounds)")
+    end: float | None = Field(None, description="the median of the readings at the end")
+    readings: list[float] = Field(default_factory=list)
+    change: float | None = Field(None, description="end / session - 1")
+    drifted: bool = False
+    error: str | None = Field(None, description="why the end reading failed (then nothing else is set)")
+
+    @field_validator("session", "end", "change", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return _figure(v)
+
+    @field_validator("readings", mode="before")
+    @classmethod
+    def _readings(cls, v: Any) -> list:
+        return [x for x in _figures(v) if x is not None]
+
+
+class Provenance(BaseModel):
+    """Where a run's figures come from: the tool, the machine, the software, the models and engines, the
+    statistics settings and the machine's state. What the gate, merge, the report and the exports read
+    is typed here (a results file from a cache or an artifact is checked before any of them reads it);
+    the rest (timing, environment readings, the gate's own record) is kept as written."""
+    model_config = ConfigDict(extra="allow")
+
+    tool: str | None = None
+    tool_version: str | None = None
+    created: str | None = Field(None, description="UTC time the file was written (ISO 8601)")
+    host: str | None = None
+    machine_id: str | None = Field(None, description="the baseline folder's name: OS, device, CPU or GPU model")
+    platform: str | None = None
+    python: str | None = None
+    cpu_count: int | None = None
+    cpu_isa: list[str] | None = Field(None, description="vector extensions engines use (avx2, avx512f, amx ...)")
+    cpu_model: str | None = None
+    device: str | None = Field(None, description="cpu or cuda")
+    device_name: str | None = None
+    profile: str | None = None
+    complete: bool = Field(True, description="false: the run stopped early (a .partial file)")
+    duration_s: float | None = None
+    models: dict[str, Any] = Field(default_factory=dict, description="model name -> where its config came from")
+    engines: list[dict[str, Any]] = Field(default_factory=list, description="engine instances started, with their info")
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    packages: dict[str, str | None] = Field(default_factory=dict, description="distribution -> version (None: absent)")
+    driver: str | None = None
+    cuda: str | None = None
+    gpu_count: int | None = None
+    ceilings_end: list[CeilingEnd] = Field(default_factory=list)
+    gate: dict[str, Any] | None = Field(None, description="the baseline gate of this run, when it had one")
+    counts: dict[str, int] = Field(default_factory=dict, description="cases per outcome")
+    command: str | None = None
+    merged_from: list[dict[str, Any]] | None = None
+
+    @field_validator("duration_s", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        return _figure(v)
+
+
+def _provenance(v: Any) -> dict[str, Any]:
+    """A file's provenance checked against :class:`Provenance`, kept as the dict it was (only the
+    fields it had): the readers take it as written, with the types they expect."""
+    return Provenance.model_validate(v).model_dump(mode="json", exclude_unset=True)
+
+
 class ResultsFile(BaseModel):
     """``{"schema_version", "provenance", "results"}``: one run (or a merge of runs of one setup)."""
     model_config = ConfigDict(extra="allow")
 
     schema_version: int = SCHEMA_VERSION
-    provenance: dict[str, Any] = Field(description="machine, packages, models, ceilings, timing, command")
+    provenance: dict[str, Any] = Field(description="machine, packages, models, ceilings, timing, command: "
+                                                   "checked against Provenance, kept as written")
     results: list[ResultRecord]
+
+    @field_validator("provenance", mode="before")
+    @classmethod
+    def _typed_provenance(cls, v: Any) -> dict[str, Any]:
+        return _provenance(v)
 
     def dump(self) -> dict:
         return self.model_dump(mode="json")
@@ -197,7 +278,13 @@ def results_file(doc: ResultsFile | dict, where: str = "results") -> ResultsFile
 
 
 def schema() -> dict:
-    return ResultsFile.model_json_schema()
+    out = ResultsFile.model_json_schema()
+    prov = Provenance.model_json_schema()
+    out.setdefault("$defs", {}).update(prov.pop("$defs", {}))
+    out["$defs"]["Provenance"] = prov
+    out["properties"]["provenance"] = {"$ref": "#/$defs/Provenance",
+                                       "description": out["properties"]["provenance"]["description"]}
+    return out
 
 
 def schema_text() -> str:

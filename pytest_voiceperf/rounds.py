@@ -91,16 +91,17 @@ class Rounds(SessionBase):
 
     def measure_round(self, name: str, args: dict, ctx: ProbeContext, r: int) -> Measurement:
         """Round ``r`` of the probe (taking rounds until it exists; disturbed rounds are dropped and
-        taken again, at most ``min_rounds`` times). A probe whose figures do not vary between
-        repetitions (counts, datasheet figures) has one round, which stands for every round."""
+        taken again, ``disturbed_drops`` in a row at most, then again after a wait for a quiet machine).
+        A probe whose figures do not vary between repetitions (counts, datasheet figures) has one
+        round, which stands for every round."""
         pr = self._probed(name, args)
         spec = self.registry.get(name)
         while len(pr.rounds) <= r and not (pr.rounds and pr.deterministic):
-            # ``min_rounds`` rounds dropped in a row: the machine is disturbed now. Counted in a row, not
+            # ``disturbed_drops`` rounds dropped in a row: the machine is disturbed now. Counted in a row, not
             # over the probe's life: a probe shared by several cases and paired again and again takes
             # many rounds, and three drops spread over a long run (the H100's hypervisor stealing 0.25-0.32
             # cores now and then) voided llm-precision-speedup[qwen3-4b] with 5 clean rounds in hand
-            if pr.dropped_in_a_row >= self.options.min_rounds:
+            if pr.dropped_in_a_row >= self.options.disturbed_drops:
                 # decide rather than give up: a load that comes and goes (a minute of another job) is
                 # waited out once per probe call, then its rounds are taken again
                 if not pr.waited_quiet and self.options.quiet_wait > 0:
@@ -120,7 +121,7 @@ class Rounds(SessionBase):
         ``timeout`` seconds: the seconds waited, or None when the machine stayed busy."""
         from .disturbance import Watch
 
-        self.progress(f"{name}: {self.options.min_rounds} rounds in a row dropped as disturbed; waiting up to "
+        self.progress(f"{name}: {self.options.disturbed_drops} rounds in a row dropped as disturbed; waiting up to "
                       f"{timeout:.0f} s for a quiet machine, then taking them again")
         t0 = time.monotonic()
         with self.timing.phase(timing.QUIET):

@@ -37,7 +37,10 @@ def _job(repo: Path, branch: str, model: str) -> tuple[int, str, str]:
     r = subprocess.run(["bash", str(SCRIPT), "-p", "no:cacheprovider", "--voiceperf-model", f"team-llm=models/{model}"],
                        cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     md = (out / "gate.md").read_text() if (out / "gate.md").exists() else ""
-    return r.returncode, r.stdout + r.stderr, md
+    # each job's files kept apart (a failure's message names the attempts the gate could not decide)
+    earlier = "".join(f"\n--- {p.name}\n{p.read_text()}" for p in sorted(out.glob("gate-attempt*.md")))
+    shutil.copytree(out, repo / f"voiceperf-out-{branch}-{model}", dirs_exist_ok=True)
+    return r.returncode, r.stdout + r.stderr + earlier, md
 
 
 def test_the_workflows_call_the_script_the_test_runs():

@@ -103,7 +103,7 @@ def test_what_a_dropped_round_made_is_forgotten(tmp_path):
 
 
 def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_it(tmp_path, monkeypatch):
-    """A probe gives up as disturbed after ``min_rounds`` rounds dropped in a row (the machine is busy
+    """A probe gives up as disturbed after ``disturbed_drops`` rounds dropped in a row (the machine is busy
     now), not after that many over its life: a probe many cases pair takes many rounds, and isolated
     drops (a hypervisor stealing a quarter core now and then) must not void its clean rounds."""
     from pytest_voiceperf import disturbance
@@ -113,7 +113,8 @@ def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_i
     from pytest_voiceperf.session import VoiceperfSession
 
     pattern = iter([True, False, True, False, True, False, False,  # 3 drops, never in a row
-                    True, True, True])                             # then 3 in a row
+                    True, True, True,                              # then 3 in a row
+                    True, False, True, True])                      # with disturbed_drops 2: drops 2 in a row
 
     class Watch:
         def __init__(self, **_):
@@ -146,6 +147,11 @@ def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_i
     with pytest.raises(Unmeasured, match="disturbed"):  # still disturbed: no new attempt
         s.measure_round("t.flat", {}, ctx, 4)
     assert len(pr.dropped) == 6
+    # its own setting, not the rounds a case takes (min_rounds 3 here)
+    s = VoiceperfSession(Options(device="cpu", quiet_wait=0, disturbed_drops=2), reg, tmp_path)
+    s.measure_round("t.flat", {}, ctx, 0)
+    with pytest.raises(Unmeasured, match=r"disturbed: 3 rounds of t.flat dropped, 1 clean"):
+        s.measure_round("t.flat", {}, ctx, 1)
 
 
 def test_the_end_check_stops_the_engines_and_confirms_a_lone_off_reading(tmp_path):
