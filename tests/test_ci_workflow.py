@@ -33,7 +33,11 @@ def _job(repo: Path, branch: str, model: str) -> tuple[int, str, str]:
     out = repo / "voiceperf-out"
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, VOICEPERF_BRANCH=branch, VOICEPERF_PYTHON=sys.executable,
-               VOICEPERF_DISTURBED_CPU="4", GITHUB_STEP_SUMMARY=str(repo / "summary.md"))
+               GITHUB_STEP_SUMMARY=str(repo / "summary.md"))
+    # the gate as shipped: a round beside other load is dropped and taken again (the other tests run
+    # with 4 cores of load tolerated; here a round at a third of the speed, beside another process,
+    # left the baseline's interval too wide for an unchanged pull request to be decided)
+    env.pop("VOICEPERF_DISTURBED_CPU", None)
     r = subprocess.run(["bash", str(SCRIPT), "-p", "no:cacheprovider", "--voiceperf-model", f"team-llm=models/{model}"],
                        cwd=repo, env=env, capture_output=True, text=True, timeout=900)
     md = (out / "gate.md").read_text() if (out / "gate.md").exists() else ""

@@ -21,10 +21,10 @@ job() {
     --voiceperf-model "team-llm=models/$model" > "$out/$name.log" 2>&1
   rc=$?
   echo "$name branch=$branch model=$model rc=$rc wall_s=$(( $(date +%s) - t0 ))" >> "$out/summary.txt"
-  cp -r "vo-$name" "$out/" 2>/dev/null
+  mkdir -p "$out/vo-$name" && cp "vo-$name"/*.md "vo-$name"/*.json "$out/vo-$name/" 2>/dev/null
 }
 job main main team-llm
 job same feature team-llm
 job deeper feature team-llm-deeper
-cp -r .voiceperf "$out/baselines" 2>/dev/null
+find .voiceperf -name "*.json" -exec cp {} "$out/" \; 2>/dev/null
 cat "$out/summary.txt"

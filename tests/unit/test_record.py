@@ -20,6 +20,19 @@ def test_a_committed_results_file_reads_and_writes_back_unchanged():
     assert results_file(again).dump() == rf.dump()
 
 
+def test_a_provenance_of_the_wrong_shape_is_named_and_one_that_fits_is_kept_as_written():
+    # a cached baseline is hostile: the gate reads packages, ceilings_end, complete before it compares
+    doc = json.loads(DATA.read_text())
+    assert results_file(doc).provenance == doc["provenance"]  # nothing added, nothing dropped
+    for field, bad, where in (("packages", 5, "provenance.packages"),
+                              ("complete", "maybe", "provenance.complete"),
+                              ("ceilings_end", [{"probe": "hw.matmul", "change": "big"}], "provenance.ceilings_end.0.change"),
+                              ("engines", {"vllm": 1}, "provenance.engines")):
+        hostile = dict(doc, provenance=dict(doc["provenance"], **{field: bad}))
+        with pytest.raises(ValueError, match=rf"^cache.json: not a voiceperf results file \({where.replace('.', '[.]')}: "):
+            results_file(hostile, "cache.json")
+
+
 def test_a_figure_that_is_not_a_number_is_named_with_its_record():
     doc = json.loads(DATA.read_text())
     doc["results"][2]["samples"][0] = "fast"
