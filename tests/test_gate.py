@@ -184,7 +184,7 @@ def test_a_baseline_that_was_all_disturbed_cannot_switch_the_gate_off(vp):
     set_claims(vp, 0.5, seed=9)  # 2x slower
     vp.runpytest("--voiceperf", "--voiceperf-json", "new.json")
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
-    assert res.ret == 1
+    assert res.ret == 3  # undecided: nothing regressed, too little compared
     res.stdout.fnmatch_lines(["guarded 0 of 2 figures (0%); 2 not compared*FAILED: below the 80% *"])
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", str(vp.path / "old.json"))
     assert res.ret == 1

@@ -146,7 +146,7 @@ def test_a_round_under_load_is_dropped_and_the_figure_is_disturbed(vp):
     res.stdout.fnmatch_lines(["*1 disturbed*"])
     # disturbed, not slower: never called regressed; but a gate that decided nothing does not pass
     cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail")
-    assert cmp.ret == 1
+    assert cmp.ret == 3  # undecided, not regressed: measuring again may decide it
     cmp.stdout.fnmatch_lines(["UNTESTABLE*c-load*disturbed*", "*0 regressed*1 untestable: disturbed*",
                               "guarded 0 of 2 figures*untestable: disturbed*FAILED*"])
     cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail",
