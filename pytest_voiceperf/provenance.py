@@ -57,7 +57,7 @@ def build(session: Any) -> dict:
     prov["environment_end"] = session.env_end
     if session.ceilings_end:
         prov["ceilings_end"] = session.ceilings_end
-    prov["packages"] = _static(session, "packages", lambda: _versions(packages()))
+    prov["packages"] = _static(session, "packages", lambda: interpreters.versions(packages()))
     engines_own = _static(session, "interpreters", lambda: interpreters.provenance(packages()))
     if engines_own:  # engines in environments of their own (--voiceperf-python): their versions are the run's
         prov["interpreters"] = engines_own
@@ -163,18 +163,6 @@ def _version() -> str:
         return version("pytest-voiceperf")
     except Exception:
         return "0+unknown"
-
-
-def _versions(names: list[str]) -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for n in names:
-        try:
-            out[n] = version(n)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def _git_commit(root: Path) -> str | None:

@@ -157,7 +157,7 @@ def module_present(name: str) -> bool:
         return False
 
 
-def _versions(names) -> dict:
+def versions(names) -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
@@ -177,4 +177,4 @@ if __name__ == "__main__":  # asked by inspect(), in the engine's environment
     ask = json.loads(sys.argv[1])
     print(json.dumps({"python_version": platform.python_version(), "executable": sys.executable,
                       "modules": {m: module_present(m) for m in ask.get("modules", [])},
-                      "packages": _versions(ask.get("packages", []))}))
+                      "packages": versions(ask.get("packages", []))}))

@@ -189,24 +189,26 @@ def test_gate_does_not_compare_figures_when_their_ceiling_differs_between_the_ru
     assert [c.verdict for c in g.check(run(slow, 8.70e11))] == ["regressed", "regressed"]  # -1.8%: compared
 
 
+def _read_bw(rounds, bw):
+    """Case "a" whose decode figure was checked against the read bandwidth measured in rounds ``bw``."""
+    r = _result("a", rounds)
+    r["probes"]["m"]["info"] = {"ceilings": {"read_bw": {
+        "implied": 6e9, "ceiling": max(bw), "ratio": 6e9 / max(bw), "label": "measured read bandwidth",
+        "rounds": bw}}}
+    return r
+
+
 def test_a_ceiling_that_moved_within_its_own_spread_is_not_a_machine_that_changed():
     # the shipped workflow on the 2-core CI VM: read bandwidth best rounds 30.8 then 25.6 GB/s (-17%) in two
     # runs minutes apart, 30.5 GB/s read again at the end of the second; tolerance 0.3 -- the case's two
     # figures were left untestable and the unchanged pull request failed the gate (guarded 0 of 2)
-    def run(rounds, bw):
-        r = _result("a", rounds)
-        r["probes"]["m"]["info"] = {"ceilings": {"read_bw": {
-            "implied": 6e9, "ceiling": max(bw), "ratio": 6e9 / max(bw), "label": "measured read bandwidth",
-            "rounds": bw}}}
-        return r
-
-    old = run([100.0, 101.0, 99.0, 100.5, 99.5, 100.0], [30.8e9, 22.6e9, 27.0e9])
+    old = _read_bw([100.0, 101.0, 99.0, 100.5, 99.5, 100.0], [30.8e9, 22.6e9, 27.0e9])
     g = Gate("base.json", {"results": [old]}, tolerance=0.15, alpha=0.05)
-    assert {c.verdict for c in g.check(run([99.0, 100.0, 101.0], [25.6e9, 19.0e9, 23.5e9]))} == {"unchanged"}
+    assert {c.verdict for c in g.check(_read_bw([99.0, 100.0, 101.0], [25.6e9, 19.0e9, 23.5e9]))} == {"unchanged"}
     # the same move in tight rounds is decided: the machine changed, the figures are not compared
-    old = run([100.0, 101.0, 99.0], [30.8e9, 30.6e9, 30.7e9])
+    old = _read_bw([100.0, 101.0, 99.0], [30.8e9, 30.6e9, 30.7e9])
     g = Gate("base.json", {"results": [old]}, tolerance=0.15, alpha=0.05)
-    comps = g.check(run([80.0, 80.5, 79.5], [25.6e9, 25.5e9, 25.4e9]))
+    comps = g.check(_read_bw([80.0, 80.5, 79.5], [25.6e9, 25.5e9, 25.4e9]))
     assert {c.verdict for c in comps} == {"untestable"}
     assert comps[0].note.startswith("the machine changed between the runs: its measured read bandwidth was "
                                     "3.08e+10 in the baseline and 2.56e+10 in this run (-16.9%), interval [")
@@ -215,17 +217,10 @@ def test_a_ceiling_that_moved_within_its_own_spread_is_not_a_machine_that_change
 def test_a_gate_left_undecided_by_the_machine_says_why_and_is_not_a_regression():
     # the shipped workflow on the CI VM (stop 48): an unchanged pull request, both figures untestable
     # because the read bandwidth moved, and the job summary said only "2 untestable: machine changed"
-    def run(rounds, bw):
-        r = _result("a", rounds)
-        r["probes"]["m"]["info"] = {"ceilings": {"read_bw": {
-            "implied": 6e9, "ceiling": max(bw), "ratio": 6e9 / max(bw), "label": "measured read bandwidth",
-            "rounds": bw}}}
-        return r
-
-    old = run([100.0, 101.0, 99.0], [30.8e9, 30.6e9, 30.7e9])
+    old = _read_bw([100.0, 101.0, 99.0], [30.8e9, 30.6e9, 30.7e9])
     g = Gate("base.json", {"results": [old]}, tolerance=0.15, alpha=0.05, min_guarded=0.8)
     g.plan(["a"])
-    g.check(run([100.0, 100.5, 99.5], [20.6e9, 20.5e9, 20.4e9]))
+    g.check(_read_bw([100.0, 100.5, 99.5], [20.6e9, 20.5e9, 20.4e9]))
     assert g.failed() and g.undecided()
     md = g.markdown()
     assert "### Untestable (2)" in md
@@ -239,13 +234,13 @@ def test_a_gate_left_undecided_by_the_machine_says_why_and_is_not_a_regression()
 
     g = Gate("base.json", {"results": [old, other([100.0, 101.0, 99.0])]}, tolerance=0.15, alpha=0.05, min_guarded=0.8)
     g.plan(["a", "b"])
-    g.check(run([100.0, 100.5, 99.5], [20.6e9, 20.5e9, 20.4e9]))
+    g.check(_read_bw([100.0, 100.5, 99.5], [20.6e9, 20.5e9, 20.4e9]))
     g.check(other([70.0, 70.5, 69.5]))
     assert g.failed() and not g.undecided()
     # decided and unchanged: passed, not undecided
     g = Gate("base.json", {"results": [old]}, tolerance=0.15, alpha=0.05, min_guarded=0.8)
     g.plan(["a"])
-    g.check(run([100.0, 100.5, 99.5], [30.6e9, 30.5e9, 30.9e9]))
+    g.check(_read_bw([100.0, 100.5, 99.5], [30.6e9, 30.5e9, 30.9e9]))
     assert not g.failed() and not g.undecided() and "Untestable" not in g.markdown()
 
 
@@ -253,28 +248,21 @@ def test_a_machine_that_moved_the_other_way_cannot_explain_a_change():
     # the shipped workflow on an EPYC CI VM: the candidate with 12 layers decoded 47.8 -> 29.8 tok/s while
     # the read bandwidth rose 19.5 -> 29.7 GB/s (+52%, decided over its rounds): a faster machine does not
     # make a slower engine, so the slowdown stands; the same slowdown on a slower machine is untestable
-    def run(rounds, bw):
-        r = _result("a", rounds)
-        r["probes"]["m"]["info"] = {"ceilings": {"read_bw": {
-            "implied": 6e9, "ceiling": max(bw), "ratio": 6e9 / max(bw), "label": "measured read bandwidth",
-            "rounds": bw}}}
-        return r
-
-    base = run([47.0, 48.5, 47.8], [19.4e9, 19.6e9, 19.5e9])
+    base = _read_bw([47.0, 48.5, 47.8], [19.4e9, 19.6e9, 19.5e9])
     faster, slower = [29.6e9, 29.8e9, 29.7e9], [12.9e9, 13.0e9, 13.1e9]
     g = Gate("base.json", {"results": [base]}, tolerance=0.3, alpha=0.05)
-    comps = g.check(run([29.5, 30.1, 29.8], faster))
+    comps = g.check(_read_bw([29.5, 30.1, 29.8], faster))
     assert [c.verdict for c in comps] == ["regressed", "regressed"]
     assert "the machine was faster in this run (its measured read bandwidth was 1.96e+10 in the baseline" in comps[0].note
     assert comps[0].note.endswith("over its rounds): it cannot explain this change")
     g = Gate("base.json", {"results": [base]}, tolerance=0.3, alpha=0.05)
-    assert {c.verdict for c in g.check(run([29.5, 30.1, 29.8], slower))} == {"untestable"}
+    assert {c.verdict for c in g.check(_read_bw([29.5, 30.1, 29.8], slower))} == {"untestable"}
     # unchanged on a faster machine may hide a slower engine: not compared
     g = Gate("base.json", {"results": [base]}, tolerance=0.3, alpha=0.05)
-    assert {c.verdict for c in g.check(run([47.5, 48.0, 47.2], faster))} == {"untestable"}
+    assert {c.verdict for c in g.check(_read_bw([47.5, 48.0, 47.2], faster))} == {"untestable"}
     # a speedup on a slower machine stands
     g = Gate("base.json", {"results": [base]}, tolerance=0.3, alpha=0.05)
-    assert {c.verdict for c in g.check(run([80.0, 81.0, 80.5], slower))} == {"improved"}
+    assert {c.verdict for c in g.check(_read_bw([80.0, 81.0, 80.5], slower))} == {"improved"}
 
 
 def test_the_gate_compares_exact_figures_as_they_are():
