@@ -191,10 +191,6 @@ def compare_result(old: ResultRecord | dict, new: ResultRecord | dict, tolerance
             out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
                                   "disturbed: " + "; ".join(dict.fromkeys(drift))))
             continue
-        if changed and not (exact_new and of[5]) and not moved:
-            out.append(Comparison(name, of[3], v_new, _rel(of[3], v_new), None, "untestable", hib,
-                                  "the machine changed between the runs: " + changed))
-            continue
         if exact_new and of[5]:  # counts: any change beyond the tolerance is real, no rounds needed
             ch = _rel(of[3], v_new)
             better = ch if hib else -ch
