@@ -164,7 +164,7 @@ def cmd_validate(args) -> int:
 def cmd_compare(args) -> int:
     """The gate outside pytest. Exit 0: passed; 1 (with --fail): a figure regressed, a verdict changed
     for the worse, or too little was guarded; 2: a file cannot be read or the machines differ."""
-    from . import gate
+    from . import gate, provenance
     from .results import read
 
     if len(args.files) > 2:
@@ -172,7 +172,7 @@ def cmd_compare(args) -> int:
         return 2
     try:
         new = read(args.files[-1])
-        ran = new.provenance.get("gate") or {}
+        ran = new.provenance.gate or {}
         if len(args.files) == 1:  # the baseline this run was gated against, with the run's settings
             if not ran.get("baseline") and args.format == "markdown" and ran.get("notice"):
                 print(f"## voiceperf gate: no baseline\n\n{ran['notice']}")
@@ -189,9 +189,9 @@ def cmd_compare(args) -> int:
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    waived = set(gate.MACHINE_CHECKS) if args.allow_mismatch == "all" else \
+    waived = set(provenance.MACHINE_CHECKS) if args.allow_mismatch == "all" else \
         {a.strip() for a in (args.allow_mismatch or "").split(",") if a.strip()}
-    bad = {k: v for k, v in gate.machine_mismatches(old.provenance, new.provenance).items() if k not in waived}
+    bad = {k: v for k, v in provenance.machine_mismatches(old.provenance, new.provenance).items() if k not in waived}
     if bad:
         print("refusing to compare runs of different machines: " + "; ".join(bad.values()) +
               f" (use --allow-mismatch {','.join(bad)} to compare anyway)", file=sys.stderr)
@@ -201,7 +201,7 @@ def cmd_compare(args) -> int:
     g.plan([r.nodeid for r in new.results])
     # the run's own record of its looks (rounds taken while the gate waited) sets the correction
     g.looks = int(ran.get("looks") or 1)
-    changed = gate.changes(old.provenance, new.provenance)
+    changed = provenance.changes(old.provenance, new.provenance)
     lines = []
     for r in new.results:
         failing = r.outcome in ("failed", "error") and not r.reason.startswith("regressed")
@@ -238,7 +238,7 @@ def cmd_save(args) -> int:
     except (ValueError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    if not doc.provenance.get("complete", False):
+    if not (doc.provenance.complete and "complete" in doc.provenance.model_fields_set):  # said so, not a default
         print(f"{args.results}: an incomplete run is not a baseline (finish it with --voiceperf-resume)", file=sys.stderr)
         return 2
     print(f"voiceperf: saved baseline {save_run(doc.dump(), Path(args.root), args.name)}")
@@ -260,12 +260,12 @@ def cmd_merge(args) -> int:
         return 2
     for n in notes:
         print(n)
-    doc.provenance["command"] = ("voiceperf merge " + " ".join(args.results) + f" -o {args.output}"
+    doc.provenance.command = ("voiceperf merge " + " ".join(args.results) + f" -o {args.output}"
                                     + (" --allow-mismatch" if args.allow_mismatch else ""))
     out = write(args.output, doc)
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(doc.provenance["counts"].items()))
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(doc.provenance.counts.items()))
     print(f"wrote {out}: {len(doc.results)} cases ({counts}) from {len(docs)} files"
-          + ("" if doc.provenance["complete"] else "; an input was incomplete, so this file is .partial"))
+          + ("" if doc.provenance.complete else "; an input was incomplete, so this file is .partial"))
     return 0
 
 

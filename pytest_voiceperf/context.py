@@ -15,7 +15,7 @@ from . import models, provenance, timing
 from .engines import EnginePool, allocator, caches
 from .exceptions import EngineError, Unmeasured
 from .options import Options, device_name, resolve_device
-from .probed import Probed
+from .probed import Aggregate, Probed
 from .probes import Measurement, Registry
 from .record import ResultRecord
 
@@ -69,7 +69,9 @@ class ProbeContext:
     def time_left(self) -> float:
         return max(1.0, self.deadline - time.monotonic())
 
-    def probe(self, name: str, **args) -> Measurement:
+    def probe(self, name: str, **args) -> Measurement | Aggregate:
+        """Another probe's figures: inside a probe's round (where probes run), that call's Measurement of
+        the same round; outside a round, its Aggregate over the rounds taken."""
         if self.reads is not None:
             self.reads.add(self.session._key(name, args))
         if self.round is not None:
@@ -198,7 +200,7 @@ class SessionBase:
 
     if TYPE_CHECKING:  # defined by the classes VoiceperfSession is made of
         def progress(self, msg: str) -> None: ...
-        def measure(self, name: str, args: dict, ctx: ProbeContext) -> Measurement: ...
+        def measure(self, name: str, args: dict, ctx: ProbeContext) -> Aggregate: ...
         def _key(self, name: str, args: dict | None) -> str: ...
         def probed(self, name: str, args: dict) -> Probed | None: ...
         def _probed(self, name: str, args: dict) -> Probed: ...

@@ -31,13 +31,14 @@ class Figure:
 
 
 def figures(doc: ResultsFile) -> list[Figure]:
-    """What the gate compares, once each: every case's metric and each probe call's primary figure
-    (its first output with a direction; a call shared by several claims once), with their rounds."""
+    """Every case's metric and each probe call's primary figure (its first output with a direction; a
+    call shared by several claims once), with their rounds: what the gate compares, plus a metric that
+    is one probe output (named by its claim here; the gate counts that measurement once)."""
     from .gate import figures as gate_figures
 
     out, seen = [], set()
     for r in doc.results:
-        for name, key, rounds, value, hib, _exact in gate_figures(r):
+        for name, key, rounds, value, hib, _exact in gate_figures(r, once=False):
             if value is None or not math.isfinite(value):
                 continue
             if key is not None:
@@ -124,14 +125,14 @@ def pytest_benchmark(doc: ResultsFile) -> tuple[dict, list[str]]:
                         "options": {"disable_gc": False, "timer": "voiceperf rounds", "min_rounds": len(xs),
                                     "max_time": 0, "min_time": 0, "warmup": True},
                         "stats": stats})
-    machine = {"node": "", "processor": str(prov.get("cpu_model") or ""), "machine": str(prov.get("device") or ""),
-               "python_implementation": "CPython", "python_version": str(prov.get("python") or ""),
+    machine = {"node": "", "processor": str(prov.cpu_model or ""), "machine": str(prov.device or ""),
+               "python_implementation": "CPython", "python_version": str(prov.python or ""),
                "python_compiler": "", "release": "", "system": "",
-               "cpu": {"brand_raw": str(prov.get("cpu_model") or "")}, "voiceperf_device": prov.get("device_name")}
-    commit = {"id": prov.get("git_commit") or "", "dirty": bool(prov.get("git_dirty")), "project": "",
-              "branch": "", "time": str(prov.get("created") or "")}
+               "cpu": {"brand_raw": str(prov.cpu_model or "")}, "voiceperf_device": prov.device_name}
+    commit = {"id": prov.git_commit or "", "dirty": bool(prov.git_dirty), "project": "",
+              "branch": "", "time": str(prov.created or "")}
     return ({"machine_info": machine, "commit_info": commit, "benchmarks": benches,
-             "datetime": str(prov.get("created") or ""), "version": _version()}, skipped)
+             "datetime": str(prov.created or ""), "version": _version()}, skipped)
 
 
 def _version() -> str:

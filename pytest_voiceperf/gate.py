@@ -27,10 +27,9 @@ import math
 from dataclasses import dataclass, field
 
 from . import stats
-from .engines import packages as engine_packages
 from .explain import explain
 from .probes import call_key
-from .record import ComparisonRecord, ResultRecord, ResultsFile, results_file
+from .record import ComparisonRecord, Provenance, ResultRecord, ResultsFile, provenance_of, results_file
 from .record import result as as_result
 from .stats import MIN_ROUNDS_GATE, compare_rounds
 
@@ -79,16 +78,20 @@ def direction_of_unit(unit: str) -> bool | None:
 Figure = tuple[str, "str | None", list, "float | None", bool, bool]
 
 
-def figures(result: ResultRecord | dict, all_figures: bool = False) -> list[Figure]:
+def figures(result: ResultRecord | dict, all_figures: bool = False, once: bool = True) -> list[Figure]:
     """(figure name, dedup key or None, round values, value, higher_is_better, exact) this result
-    offers; exact: a count or a figure that does not vary (compared as it is, without rounds)."""
+    offers; exact: a count or a figure that does not vary (compared as it is, without rounds).
+    ``once``: a metric that is one of the figures offered (``metric: d.tok_s``: the same rounds, the
+    same direction) is left out, so one measurement is one figure for the correction and the count of
+    what is guarded; the probe's figure stays (it carries the call's key, shared between claims)."""
     r = as_result(result)
     out: list[Figure] = []
     hib = r.higher_is_better
     rounds_ok = r.has_rounds  # a file from before rounds holds repetitions: never compared as rounds
+    metric: Figure | None = None
     if hib is not None and r.value is not None:
         exact = rounds_ok and r.ci_method.startswith("exact")
-        out.append(("metric", None, list(r.samples) if rounds_ok else [], r.value, hib, exact))
+        metric = ("metric", None, list(r.samples) if rounds_ok else [], r.value, hib, exact)
     for alias, p in r.probes.items():
         names = [n for n in p.units if direction_of_unit(p.units[n]) is not None and n in p.values]
         if not all_figures:
@@ -100,19 +103,25 @@ def figures(result: ResultRecord | dict, all_figures: bool = False) -> list[Figu
             exact = rounds_ok and name in p.exact
             out.append((f"{alias}.{name} [{p.units[name]}]", key, list(p.samples.get(name) or []) if rounds_ok else [],
                         p.values.get(name), bool(direction_of_unit(p.units[name])), exact))
+    if metric is not None and not (once and any(_same(metric, f) for f in out)):
+        out.insert(0, metric)
     return out
 
 
-def drifted(provenance: dict | None, tolerance: float) -> dict[str, str]:
+def _same(a: Figure, b: Figure) -> bool:
+    """Two figures that are one measurement: the same rounds (at least one), value and direction."""
+    return bool(a[2]) and a[2] == b[2] and a[3] == b[3] and a[4] == b[4]
+
+
+def drifted(provenance: Provenance | dict | None, tolerance: float) -> dict[str, str]:
     """Probe calls whose ceiling, measured again at the end of the run, moved beyond the tolerance:
     probe key -> why. The machine changed state during that run (seen on the H200: bf16 matmul
     643 TFLOP/s in a run's rounds, +9% when re-measured 5 s later), so its figures cannot be gated."""
     out = {}
-    for c in (provenance or {}).get("ceilings_end") or []:
-        ch = c.get("change")
-        if ch is not None and abs(ch) > tolerance:
-            key = c.get("call") or call_key(c["probe"], c.get("args"))
-            out[key] = f"{c['probe']} {c.get('args') or ''} moved {ch * 100:+.1f}% when measured again at the end of the run"
+    for c in provenance_of(provenance).ceilings_end:
+        if c.change is not None and abs(c.change) > tolerance:
+            key = c.call or call_key(c.probe, c.args)
+            out[key] = f"{c.probe} {c.args or ''} moved {c.change * 100:+.1f}% when measured again at the end of the run"
     return out
 
 
@@ -251,100 +260,6 @@ def _rel(old: float, new: float) -> float:
     return (new / old - 1.0) if old else (math.inf if new else 0.0)
 
 
-# The machine is what must match for a fair comparison; software (engine, torch and model versions,
-# weights, model configs, engine options) is what a gate compares: it is listed as what changed.
-MACHINE_CHECKS = ("gpu", "cpu_model", "cpu_isa")
-
-
-def packages_match() -> list[str]:
-    """What merge refuses besides the machine (one merged file stands for one software setup): torch and
-    every engine family's packages."""
-    return ["torch", *engine_packages()]
-
-
-def machine_mismatches(old: dict, new: dict) -> dict[str, str]:
-    """check name (MACHINE_CHECKS) -> why the two runs' machines differ; files without a field pass."""
-    out = {}
-    diff = [f"{k}: {old.get(k)!r} vs {new.get(k)!r}" for k in ("device_name", "device") if old.get(k) != new.get(k)]
-    if diff:
-        out["gpu"] = "; ".join(diff)
-    # a GPU run's host: eager engines and short calls wait on the CPU that launches their kernels (on
-    # the CPU, device_name is that model already; files from before it was recorded have none)
-    co, cn = old.get("cpu_model"), new.get("cpu_model")
-    if new.get("device") != "cpu" and co and cn and co != cn:
-        out["cpu_model"] = f"host cpu_model: {co!r} vs {cn!r}"
-    # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
-    # both); a GPU run's figures do not hang on its host's vector units
-    io, inn = old.get("cpu_isa"), new.get("cpu_isa")
-    if new.get("device") == "cpu" and io is not None and inn is not None and sorted(io) != sorted(inn):
-        out["cpu_isa"] = f"cpu_isa: {' '.join(io) or '-'} vs {' '.join(inn) or '-'}"
-    return out
-
-
-def mismatches(old: dict, new: dict) -> list[str]:
-    """Why two runs are not one setup (merge): the machine, engine versions, dummy vs real weights."""
-    out = list(machine_mismatches(old, new).values())
-    po, pn = old.get("packages", {}), new.get("packages", {})
-    for k in packages_match():
-        if k in po and k in pn and po[k] != pn[k]:
-            out.append(f"{k} version: {po[k]} vs {pn[k]}")
-    mo, mn = old.get("models", {}), new.get("models", {})
-    for name in sorted(set(mo) & set(mn)):
-        if bool(mo[name].get("dummy")) != bool(mn[name].get("dummy")):
-            w = lambda m: "dummy" if m.get("dummy") else "real"  # noqa: E731
-            out.append(f"model {name}: {w(mo[name])} weights vs {w(mn[name])} weights")
-    return out
-
-
-def _engine_key(e: dict) -> str:
-    s = e.get("spec") or {}
-    return " ".join(str(x) for x in (e.get("family"), s.get("model"), s.get("dtype") or "",
-                                      s.get("quantization") or "", s.get("quant") or "") if x)
-
-
-# (engine versions are in the packages' lines already)
-ENGINE_OPTIONS = ("engine_args", "enforce_eager", "max_num_seqs", "kv_cache_dtype",
-                  "prefix_caching", "max_model_len", "compile", "precision")
-
-
-def changes(old: dict, new: dict) -> list[str]:
-    """What software changed between two runs' provenance, old -> new: packages, the code, models
-    (weights and config), engine options. Shown in the gate's header and results; never refused."""
-    out = []
-    po, pn = old.get("packages") or {}, new.get("packages") or {}
-    for k in sorted(set(po) | set(pn)):
-        if po.get(k) != pn.get(k):
-            out.append(f"{k} {po.get(k, '-')} -> {pn.get(k, '-')}")
-    for k in ("tool_version", "driver", "cuda"):
-        if old.get(k) and new.get(k) and old.get(k) != new.get(k):
-            out.append(f"{k} {old[k]} -> {new[k]}")
-    go, gn = old.get("git_commit"), new.get("git_commit")
-    if go and gn and go != gn:
-        out.append(f"code {go[:10]} -> {gn[:10]}")
-    mo, mn = old.get("models") or {}, new.get("models") or {}
-    for name in sorted(set(mo) & set(mn)):
-        a, b = mo[name] or {}, mn[name] or {}
-        if bool(a.get("dummy")) != bool(b.get("dummy")) or a.get("weights") != b.get("weights"):
-            w = lambda m: "dummy weights" if m.get("dummy") else f"weights {m.get('weights')}"  # noqa: E731
-            out.append(f"model {name}: {w(a)} -> {w(b)}")
-        ca, cb = a.get("config") or {}, b.get("config") or {}
-        diff = [f"{k} {ca.get(k)} -> {cb.get(k)}" for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
-        if ca and cb and diff:
-            out.append(f"model {name}: " + ", ".join(diff))
-    eo = {_engine_key(e): e for e in old.get("engines") or []}
-    for e in new.get("engines") or []:
-        was = eo.get(_engine_key(e))
-        if was is None:
-            continue
-        a, b = dict(was.get("info") or {}), dict(e.get("info") or {})
-        a.setdefault("engine_args", (was.get("spec") or {}).get("engine_args"))
-        b.setdefault("engine_args", (e.get("spec") or {}).get("engine_args"))
-        diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in ENGINE_OPTIONS if a.get(k) != b.get(k)]
-        if diff:
-            out.append(f"engine {_engine_key(e)}: " + ", ".join(diff))
-    return list(dict.fromkeys(out))
-
-
 GUARDED = ("regressed", "improved", "unchanged")  # decided figures: the gate guards them
 FAILED = ("failed", "xfailed", "error")
 
@@ -356,7 +271,7 @@ class Gate:
     tolerance: float
     alpha: float
     all_figures: bool = False
-    new_provenance: dict | None = None  # this run's, when known (compare); the baseline's is in the file
+    new_provenance: Provenance | dict | None = None  # this run's, when known (compare); the baseline's is in the file
     mode: str = "changes"  # changes: a claim that failed in the baseline too does not fail the run; absolute
     min_guarded: float = 0.0  # the share of the offered figures that must be decided, else the gate fails
     looks: int = 1  # how many times a figure may be tested while rounds are added (alpha is split over them)
@@ -394,9 +309,9 @@ class Gate:
         self.n_figures = max(1, len(self.offered))
 
     @property
-    def provenance(self) -> dict:
-        b = self.baseline
-        return b.provenance if isinstance(b, ResultsFile) else dict(b.get("provenance") or {})
+    def provenance(self) -> Provenance:
+        """The baseline's."""
+        return results_file(self.baseline, self.baseline_path).provenance
 
     @property
     def correction(self) -> int:
@@ -536,8 +451,8 @@ class Gate:
         return self.failed() and not (self.counts().get("regressed") or self.changed_verdicts)
 
     def header(self, changed: list[str]) -> list[str]:
-        lines = [f"baseline {self.baseline_path} ({self.provenance.get('created', '?')}, "
-                 f"commit {str(self.provenance.get('git_commit') or '?')[:10]}); mode {self.mode}"]
+        lines = [f"baseline {self.baseline_path} ({self.provenance.created or '?'}, "
+                 f"commit {(self.provenance.git_commit or '?')[:10]}); mode {self.mode}"]
         lines.append("what changed: " + ("; ".join(changed) if changed else "nothing recorded (same software)"))
         return lines
 
@@ -554,7 +469,7 @@ class Gate:
         rows = [(n, c) for n, comps in self.seen for c in comps]
         lines = [f"## voiceperf gate: {'FAILED' if self.failed() else 'passed'}", "",
                  f"Baseline {_md(self.baseline_path)} (commit "
-                 f"{_md(str(self.provenance.get('git_commit') or '?')[:10])}), mode **{self.mode}**, "
+                 f"{_md((self.provenance.git_commit or '?')[:10])}), mode **{self.mode}**, "
                  f"tolerance {self.tolerance * 100:g}%, alpha {self.alpha:g} over {self.n_figures} figures x "
                  f"{self.looks} looks.", "",
                  f"**{_md(self.guarded_line())}**", "", "**What changed:** " +

@@ -272,8 +272,8 @@ def write_report(results_path: str, out_dir: str) -> dict:
             print(f"voiceperf report: {title} plot skipped ({type(exc).__name__}: {exc})")
         if name:
             plots.append((title, name))
-    counts: dict = prov["counts"] if isinstance(prov.get("counts"), dict) else {}
-    gate: dict = prov["gate"] if isinstance(prov.get("gate"), dict) else {}
+    counts: dict = prov.counts
+    gate: dict = prov.gate or {}
     gated = bool(gate.get("baseline"))
     rows = []
     for r in results:
@@ -291,7 +291,7 @@ def write_report(results_path: str, out_dir: str) -> dict:
                      "cells": cells[1:], "reason": r.reason})
     chunk_rows = _asr_chunk_table(results)
     ctx = {"prov": prov, "gated": gated, "gate": gate, "summary": ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
-           "incomplete": not prov.get("complete", True), "rows": rows, "plots": plots,
+           "incomplete": not prov.complete, "rows": rows, "plots": plots,
            "chunk_rows": chunk_rows, "chunk_keys": list(chunk_rows[0].keys()) if chunk_rows else []}
     env = _templates()
     (out / "index.html").write_text(env.get_template("report.html.j2").render(**ctx))

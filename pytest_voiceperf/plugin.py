@@ -204,7 +204,7 @@ def pytest_sessionstart(session):
 
 
 def _load_gate(config, vs, spec):
-    from . import gate, storage
+    from . import gate, provenance, storage
 
     mode = cmdline.gate_option(config, "voiceperf_gate", "voiceperf_gate")
     if mode not in ("changes", "absolute"):
@@ -223,12 +223,12 @@ def _load_gate(config, vs, spec):
     except ValueError as exc:
         raise pytest.UsageError(f"voiceperf baseline: {exc}") from None
     allow = config.getoption("voiceperf_allow_mismatch")
-    waived = set(gate.MACHINE_CHECKS) if allow == "all" else {a.strip() for a in (allow or "").split(",") if a.strip()}
-    unknown = waived - set(gate.MACHINE_CHECKS)
+    waived = set(provenance.MACHINE_CHECKS) if allow == "all" else {a.strip() for a in (allow or "").split(",") if a.strip()}
+    unknown = waived - set(provenance.MACHINE_CHECKS)
     if unknown:
         raise pytest.UsageError(f"--voiceperf-allow-mismatch: unknown check(s) {', '.join(sorted(unknown))}; "
-                                f"the checks are {', '.join(gate.MACHINE_CHECKS)}")
-    bad = {k: v for k, v in gate.machine_mismatches(doc.provenance, vs.provenance()).items() if k not in waived}
+                                f"the checks are {', '.join(provenance.MACHINE_CHECKS)}")
+    bad = {k: v for k, v in provenance.machine_mismatches(doc.provenance, vs.provenance()).items() if k not in waived}
     if bad:
         raise pytest.UsageError(
             f"voiceperf baseline {path} was measured on a different machine, comparing would mislead: "

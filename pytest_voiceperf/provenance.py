@@ -1,6 +1,8 @@
 """A results file's provenance: the tool, the machine and its state, the code, the packages, the
 statistics settings and where the run's time went. Built from a voiceperf session at any point of
-the run (the partial results file is written after every case)."""
+the run (the partial results file is written after every case). And how two runs' provenance
+differ: the machine, which must match (:func:`machine_mismatches`), and the software, which is what
+a gate compares (:func:`changes`)."""
 from __future__ import annotations
 
 import functools
@@ -16,6 +18,7 @@ from typing import Any
 from . import stats
 from .engines import interpreters
 from .engines import packages as engine_packages
+from .record import Provenance, provenance_of
 
 
 def packages() -> list[str]:
@@ -190,3 +193,103 @@ def _nvidia_driver() -> str | None:
         return out.strip().splitlines()[0] if out.strip() else None
     except Exception:
         return None
+
+
+# -- how two runs differ -------------------------------------------------------------------------
+# The machine is what must match for a fair comparison; software (engine, torch and model versions,
+# weights, model configs, engine options) is what a gate compares: it is listed as what changed.
+MACHINE_CHECKS = ("gpu", "cpu_model", "cpu_isa")
+Prov = Provenance | dict  # a file's (typed when read) or the session's own (a dict while it runs)
+
+
+def packages_match() -> list[str]:
+    """What merge refuses besides the machine (one merged file stands for one software setup): torch and
+    every engine family's packages."""
+    return ["torch", *engine_packages()]
+
+
+def machine_mismatches(old: Prov, new: Prov) -> dict[str, str]:
+    """check name (MACHINE_CHECKS) -> why the two runs' machines differ; files without a field pass."""
+    o, n = provenance_of(old), provenance_of(new)
+    out = {}
+    diff = [f"{k}: {getattr(o, k)!r} vs {getattr(n, k)!r}" for k in ("device_name", "device")
+            if getattr(o, k) != getattr(n, k)]
+    if diff:
+        out["gpu"] = "; ".join(diff)
+    # a GPU run's host: eager engines and short calls wait on the CPU that launches their kernels (on
+    # the CPU, device_name is that model already; files from before it was recorded have none)
+    if n.device != "cpu" and o.cpu_model and n.cpu_model and o.cpu_model != n.cpu_model:
+        out["cpu_model"] = f"host cpu_model: {o.cpu_model!r} vs {n.cpu_model!r}"
+    # on the CPU, the same CPU name on hosts of different vector extensions (a VM's "AMD EPYC" was
+    # both); a GPU run's figures do not hang on its host's vector units
+    if n.device == "cpu" and o.cpu_isa is not None and n.cpu_isa is not None and sorted(o.cpu_isa) != sorted(n.cpu_isa):
+        out["cpu_isa"] = f"cpu_isa: {' '.join(o.cpu_isa) or '-'} vs {' '.join(n.cpu_isa) or '-'}"
+    return out
+
+
+def mismatches(old: Prov, new: Prov) -> list[str]:
+    """Why two runs are not one setup (merge): the machine, engine versions, dummy vs real weights."""
+    o, n = provenance_of(old), provenance_of(new)
+    out = list(machine_mismatches(o, n).values())
+    for k in packages_match():
+        if k in o.packages and k in n.packages and o.packages[k] != n.packages[k]:
+            out.append(f"{k} version: {o.packages[k]} vs {n.packages[k]}")
+    for name in sorted(set(o.models) & set(n.models)):
+        a, b = _d(o.models[name]), _d(n.models[name])
+        if bool(a.get("dummy")) != bool(b.get("dummy")):
+            w = lambda m: "dummy" if m.get("dummy") else "real"  # noqa: E731
+            out.append(f"model {name}: {w(a)} weights vs {w(b)} weights")
+    return out
+
+
+def _d(x: Any) -> dict:
+    """A field that should be a mapping, from a file that may hold anything there."""
+    return x if isinstance(x, dict) else {}
+
+
+def _engine_key(e: dict) -> str:
+    s = _d(e.get("spec"))
+    return " ".join(str(x) for x in (e.get("family"), s.get("model"), s.get("dtype") or "",
+                                      s.get("quantization") or "", s.get("quant") or "") if x)
+
+
+# (engine versions are in the packages' lines already)
+ENGINE_OPTIONS = ("engine_args", "enforce_eager", "max_num_seqs", "kv_cache_dtype",
+                  "prefix_caching", "max_model_len", "compile", "precision")
+
+
+def changes(old: Prov, new: Prov) -> list[str]:
+    """What software changed between two runs' provenance, old -> new: packages, the code, models
+    (weights and config), engine options. Shown in the gate's header and results; never refused."""
+    o, n = provenance_of(old), provenance_of(new)
+    out = []
+    for k in sorted(set(o.packages) | set(n.packages)):
+        if o.packages.get(k) != n.packages.get(k):
+            out.append(f"{k} {o.packages.get(k, '-')} -> {n.packages.get(k, '-')}")
+    for k in ("tool_version", "driver", "cuda"):
+        was, now = getattr(o, k), getattr(n, k)
+        if was and now and was != now:
+            out.append(f"{k} {was} -> {now}")
+    if o.git_commit and n.git_commit and o.git_commit != n.git_commit:
+        out.append(f"code {o.git_commit[:10]} -> {n.git_commit[:10]}")
+    for name in sorted(set(o.models) & set(n.models)):
+        a, b = _d(o.models[name]), _d(n.models[name])
+        if bool(a.get("dummy")) != bool(b.get("dummy")) or a.get("weights") != b.get("weights"):
+            w = lambda m: "dummy weights" if m.get("dummy") else f"weights {m.get('weights')}"  # noqa: E731
+            out.append(f"model {name}: {w(a)} -> {w(b)}")
+        ca, cb = _d(a.get("config")), _d(b.get("config"))
+        diff = [f"{k} {ca.get(k)} -> {cb.get(k)}" for k in sorted(set(ca) | set(cb)) if ca.get(k) != cb.get(k)]
+        if ca and cb and diff:
+            out.append(f"model {name}: " + ", ".join(diff))
+    eo = {_engine_key(e): e for e in o.engines}
+    for e in n.engines:
+        was = eo.get(_engine_key(e))
+        if was is None:
+            continue
+        a, b = dict(_d(was.get("info"))), dict(_d(e.get("info")))
+        a.setdefault("engine_args", _d(was.get("spec")).get("engine_args"))
+        b.setdefault("engine_args", _d(e.get("spec")).get("engine_args"))
+        diff = [f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in ENGINE_OPTIONS if a.get(k) != b.get(k)]
+        if diff:
+            out.append(f"engine {_engine_key(e)}: " + ", ".join(diff))
+    return list(dict.fromkeys(out))

@@ -237,10 +237,9 @@ class Provenance(BaseModel):
         return _figure(v)
 
 
-def _provenance(v: Any) -> dict[str, Any]:
-    """A file's provenance checked against :class:`Provenance`, kept as the dict it was (only the
-    fields it had): the readers take it as written, with the types they expect."""
-    return Provenance.model_validate(v).model_dump(mode="json", exclude_unset=True)
+def provenance_of(v: Provenance | dict | None) -> Provenance:
+    """A provenance as the typed object: a session's own (a dict) or one read from a file."""
+    return v if isinstance(v, Provenance) else Provenance.model_validate(v or {})
 
 
 class ResultsFile(BaseModel):
@@ -248,17 +247,14 @@ class ResultsFile(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     schema_version: int = SCHEMA_VERSION
-    provenance: dict[str, Any] = Field(description="machine, packages, models, ceilings, timing, command: "
-                                                   "checked against Provenance, kept as written")
+    provenance: Provenance = Field(description="machine, packages, models, ceilings, timing, command")
     results: list[ResultRecord]
 
-    @field_validator("provenance", mode="before")
-    @classmethod
-    def _typed_provenance(cls, v: Any) -> dict[str, Any]:
-        return _provenance(v)
-
     def dump(self) -> dict:
-        return self.model_dump(mode="json")
+        out = self.model_dump(mode="json")
+        # the provenance as written: the fields it has (or was given since), not every default
+        out["provenance"] = self.provenance.model_dump(mode="json", exclude_unset=True)
+        return out
 
 
 def result(r: ResultRecord | dict) -> ResultRecord:
@@ -278,13 +274,7 @@ def results_file(doc: ResultsFile | dict, where: str = "results") -> ResultsFile
 
 
 def schema() -> dict:
-    out = ResultsFile.model_json_schema()
-    prov = Provenance.model_json_schema()
-    out.setdefault("$defs", {}).update(prov.pop("$defs", {}))
-    out["$defs"]["Provenance"] = prov
-    out["properties"]["provenance"] = {"$ref": "#/$defs/Provenance",
-                                       "description": out["properties"]["provenance"]["description"]}
-    return out
+    return ResultsFile.model_json_schema()
 
 
 def schema_text() -> str:

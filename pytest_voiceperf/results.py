@@ -205,21 +205,21 @@ def merge(inputs: Sequence[tuple[str, ResultsFile | dict]], allow_mismatch: bool
     an ``error`` never replaces a case that was measured. Every result keeps the file it came
     from (``source``); the provenance is the newest run's, with ``merged_from`` listing every
     input (path, created, commit, command, complete, counts) and ``complete`` true only when all
-    inputs were. Files of different setups (``gate.mismatches``: hardware, engine versions, dummy
+    inputs were. Files of different setups (``provenance.mismatches``: hardware, engine versions, dummy
     vs real weights) and a case measured by different engines in two files are a ValueError (one
     figure would silently stand for another's) unless ``allow_mismatch``. Returns the document and
     one line per replaced case.
     """
-    from . import gate
+    from . import provenance
 
     docs = [(path, results_file(d, path)) for path, d in inputs]
     first_path, first = docs[0]
     for path, doc in docs[1:]:
-        bad = gate.mismatches(first.provenance, doc.provenance)
+        bad = provenance.mismatches(first.provenance, doc.provenance)
         if bad and not allow_mismatch:
             raise ValueError(f"{path} and {first_path} are runs of different setups: " + "; ".join(bad)
                              + " (pass --allow-mismatch to merge anyway)")
-    order = sorted(range(len(docs)), key=lambda i: str(docs[i][1].provenance.get("created") or ""))
+    order = sorted(range(len(docs)), key=lambda i: str(docs[i][1].provenance.created or ""))
     by_id: dict[str, ResultRecord] = {}
     notes: list[str] = []
     for i in order:
@@ -238,18 +238,14 @@ def merge(inputs: Sequence[tuple[str, ResultsFile | dict]], allow_mismatch: bool
                     continue
                 notes.append(f"{r.nodeid}: {r.source} ({r.outcome}) replaces {old.source} ({old.outcome})")
             by_id[r.nodeid] = r
-    newest = docs[order[-1]][1].provenance
-    prov = dict(newest)
-    prov["complete"] = all(d.provenance.get("complete", True) for _, d in docs)
-    prov["duration_s"] = round(sum(float(d.provenance.get("duration_s") or 0) for _, d in docs), 2)
-    prov["engines"] = [e for _, d in docs for e in (d.provenance.get("engines") or [])]
-    models: dict = {}
-    for _, d in docs:
-        models.update(d.provenance.get("models") or {})
-    prov["models"] = models
-    prov["merged_from"] = [{"path": p, **{k: d.provenance.get(k) for k in (
-        "created", "git_commit", "git_dirty", "command", "complete", "counts", "duration_s")}} for p, d in docs]
-    prov["command"] = None
+    prov = docs[order[-1]][1].provenance.model_copy(deep=True)  # the newest run's, with the others' added
+    prov.complete = all(d.provenance.complete for _, d in docs)
+    prov.duration_s = round(sum(d.provenance.duration_s or 0.0 for _, d in docs), 2)
+    prov.engines = [e for _, d in docs for e in d.provenance.engines]
+    prov.models = {k: m for _, d in docs for k, m in d.provenance.models.items()}
+    prov.merged_from = [{"path": p, **d.provenance.model_dump(mode="json", include={
+        "created", "git_commit", "git_dirty", "command", "complete", "counts", "duration_s"})} for p, d in docs]
+    prov.command = None
     results = list(by_id.values())
-    prov["counts"] = _counts([r.dump() for r in results])
+    prov.counts = _counts([r.dump() for r in results])
     return ResultsFile(schema_version=SCHEMA_VERSION, provenance=prov, results=results), notes

@@ -8,7 +8,7 @@ from . import timing
 from .context import ProbeContext, SessionBase, _instance_of
 from .engines import fresh_rounds, is_light
 from .exceptions import EngineError, InvalidMeasurement, TimeLimit, Unmeasured
-from .probed import Probed
+from .probed import Aggregate, Probed
 from .probes import Measurement, call_key
 
 
@@ -43,7 +43,7 @@ class Rounds(SessionBase):
     """VoiceperfSession's probe calls and their rounds (one Probed per call, shared by the claims)."""
 
     # -- probes ----------------------------------------------------------------------------
-    def measure(self, name: str, args: dict, ctx: ProbeContext) -> Measurement:
+    def measure(self, name: str, args: dict, ctx: ProbeContext) -> Aggregate:
         """The probe's figure over the rounds taken so far (at least one): medians of round figures."""
         pr = self._probed(name, args)
         if not pr.rounds:
@@ -188,11 +188,11 @@ class Rounds(SessionBase):
         with self.timing.phase(timing.WATCH):  # a short round's window (and the /proc and NVML reads)
             rec = watch.stop()
         timed = sorted(set(m.values) - spec.exact)
-        if timed and not spec.one_figure and not m.invalid and not m.has_samples:
+        if timed and not spec.one_figure and not m.invalid and not m.timed:
             broken = InvalidMeasurement(
                 f"measurement invalid: probe {pr.name} returned no samples for its timed outputs "
                 f"({', '.join(timed)}): rounds decide a timed figure, one round of it decides nothing. Give the "
-                f"per-run figures as Measurement(values, samples), declare the outputs that are counts in "
+                f"per-run figures as Measurement(values, repetitions), declare the outputs that are counts in "
                 f"@probe(..., exact=...), or @probe(..., one_figure=True) for a search")
             if not pr.rounds:
                 self._cache[self._key(pr.name, pr.args)] = broken

@@ -175,7 +175,7 @@ class VoiceperfSession(Rounds, Scheduling, Ceilings, SessionBase):
             ceilings_read = self._ceilings_read(reads)
             result.probes[call.alias] = ProbeRecord(
                 probe=call.probe, args=call.args, call=self._key(call.probe, call.args), values=m.values,
-                samples=m.samples, info=dict(m.info, ceilings_read=ceilings_read) if ceilings_read else m.info,
+                samples=m.rounds, info=dict(m.info, ceilings_read=ceilings_read) if ceilings_read else m.info,
                 units=dict(spec.outputs) if spec else {}, exact=sorted(spec.exact) if spec else [], reads=reads,
                 first_round=used[0] if used else 0,
                 rounds_used=used if used is not None else list(range(min(n, len(pr.rounds)))))
@@ -210,7 +210,7 @@ class VoiceperfSession(Rounds, Scheduling, Ceilings, SessionBase):
                 used = at.get(a)
                 ms[a] = pr.rounds[used[r] if used and r < len(used) else min(r, len(pr.rounds) - 1)]
             outs = {a: m.values for a, m in ms.items()}
-            samp = {a: m.samples for a, m in ms.items()}
+            samp = {a: m.repetitions for a, m in ms.items()}
             values.append(verdict.metric_value(claim.metric, names, outs))
             reps += verdict.metric_samples(claim.metric, names, outs, samp)
         # one round (a search): the probes' own brackets, where they give them

@@ -68,7 +68,7 @@ def gate_changes(config: pytest.Config) -> list[str]:
     vs = get_session(config)
     if g is None or vs is None:
         return []
-    from .gate import changes
+    from .provenance import changes
 
     return changes(g.provenance, vs.provenance())
 
@@ -118,14 +118,14 @@ def check_resume(config, vs, claims: dict) -> list[str]:
     file from another machine made a case passed with a value below its bound, nothing measured).
     A case that does not hold is measured again. Raises UsageError for another machine or setup;
     returns one line per case measured again. ``claims``: nodeid -> (claim sha, Expect)."""
-    from . import gate
+    from . import provenance
 
     done = resumed(config)
     if not done:
         return []
     path = config.getoption("voiceperf_resume")
     doc = config.stash[_RESUME_DOC]
-    bad = gate.mismatches(doc.provenance, vs.provenance())
+    bad = provenance.mismatches(doc.provenance, vs.provenance())
     if bad:
         raise pytest.UsageError(f"--voiceperf-resume {path}: a run of another machine or setup ("
                                 + "; ".join(bad) + "); resume only a run that stopped here, or run without it")

@@ -51,7 +51,7 @@ def test_improvement_is_reported_never_failed(vp):
     set_claims(vp, 1.5, seed=2)
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base")
     res.assert_outcomes(passed=2)
-    res.stdout.fnmatch_lines(["IMPROVED*c-rate*+5*", "*0 regressed, 2 improved*"])
+    res.stdout.fnmatch_lines(["IMPROVED*c-rate m.rate*+4?.?% interval*improved*", "*0 regressed, 1 improved, 1 unchanged (2 figures;*"])
 
 
 def test_noise_does_not_fail(vp):
@@ -102,7 +102,7 @@ def test_comparison_across_cpus_of_other_vector_extensions_is_refused(vp):
     _edit_saved(vp, lambda prov: prov.pop("cpu_isa"))
     vp.runpytest("--voiceperf", "--voiceperf-baseline", "base").assert_outcomes(passed=2)
     # a GPU run's figures do not hang on its host's vector units
-    from pytest_voiceperf.gate import mismatches
+    from pytest_voiceperf.provenance import mismatches
 
     gpu = {"device": "cuda", "device_name": "NVIDIA H200"}
     assert mismatches(dict(gpu, cpu_isa=["avx2"]), dict(gpu, cpu_isa=["avx2", "avx512f"])) == []
@@ -134,7 +134,7 @@ def test_software_changes_are_compared_and_listed_never_refused(vp):
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-model", "qwen3-tiny=/w")
     res.assert_outcomes(passed=2)
     res.stdout.fnmatch_lines(["what changed: *pytest 0.0.2 -> *torch 0.0.1 -> 2.*", "*0 regressed*",
-                              "guarded 4 of 4 figures (100%)"])
+                              "guarded 2 of 2 figures (100%)"])
 
 
 def _base_and_run(vp, first: dict, then: dict, *args):
@@ -212,7 +212,7 @@ def test_rounds_go_on_until_the_gate_decides(vp):
     (vp.path / "claims/a.yaml").write_text(claim("c-rate", metric="m.rate", expect="{min: 0.1}", measure=(
         'm: {probe: t.const, rounds_x: "1.0,0.9,1.1,1.0", spread: 0.002}')))
     res = vp.runpytest("--voiceperf", "--voiceperf-baseline", "base", "--voiceperf-json", "r.json", "-v")
-    res.stdout.fnmatch_lines(["*against the baseline metric, m.rate ?tok/s? undecided after 3 rounds; one more round*"])
+    res.stdout.fnmatch_lines(["*against the baseline m.rate ?tok/s? undecided after 3 rounds; one more round*"])
     r = json.loads((vp.path / "r.json").read_text())["results"][0]
     assert 3 < r["rounds"] < 10
     assert {c["verdict"] for c in r["baseline"]} == {"unchanged"}, r["baseline"]
@@ -226,8 +226,9 @@ def test_cli_compare_list_validate(vp):
     vp.runpytest("--voiceperf", "--voiceperf-json", "new.json")
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "new.json", "--fail")
     assert res.ret == 1
-    res.stdout.fnmatch_lines(["REGRESSED*c-rate*metric*-49.*%*interval*rounds 3 vs 3) regressed; why: *rate -49.*",
-                              "*regressed, 0 improved*", "guarded 4 of 4 figures (100%)"])
+    # the metric is m.rate itself: one figure a case (the probe's, named by its output)
+    res.stdout.fnmatch_lines(["REGRESSED*c-rate*m.rate*-49.*%*interval*rounds 3 vs 3) regressed; why: *x -49.*",
+                              "*regressed, 0 improved*", "guarded 2 of 2 figures (100%)"])
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "old.json", "old.json", "--fail")
     assert res.ret == 0
     res = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "validate", "--conftest", "claims")

@@ -415,7 +415,7 @@ def test_gpus_option_needs_gpus(vp, monkeypatch):
 KILL_VLLM = textwrap.dedent('''
     import os, signal, threading
     from pytest_voiceperf.probes import Measurement, probe
-    from pytest_voiceperf.probes.llm import _spec
+    from pytest_voiceperf.probes.llm_call import call_spec as _spec
 
     @probe("t.kill_vllm", outputs={"x": ""}, engine="llm", exact=("x",))
     def kill_vllm(ctx, model: str = "qwen3-tiny"):
@@ -568,7 +568,7 @@ def test_a_fresh_rounds_engine_serves_each_round_of_a_call_from_its_own_process(
         @probe(f"t.{family}", outputs={"t": "s"}, engine=family)
         def run(ctx, model: str = "a", value: float = 1.0):
             r = ctx.call(family, {"model": model}, "echo", value=value)
-            return Measurement({"t": r["value"]}, samples={"t": [r["value"]]},
+            return Measurement({"t": r["value"]}, repetitions={"t": [r["value"]]},
                                info={"pid": ctx.engine(family, {"model": model}).proc.pid})
         return run.voiceperf_probe
 

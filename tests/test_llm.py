@@ -293,7 +293,7 @@ def test_half_precision_of_a_large_model_is_refused_on_a_cpu_that_emulates_it(mo
     # AVX2 only: vLLM ran qwen3-0.6b in bfloat16 at ~5 GFLOP/s, a 1,024-token prefill took minutes
     from types import SimpleNamespace
 
-    from pytest_voiceperf.probes.llm import _emulated_half_check as check
+    from pytest_voiceperf.probes.llm_call import _emulated_half_check as check
 
     monkeypatch.delenv("VOICEPERF_EMULATED_HALF", raising=False)
     cpu = SimpleNamespace(device="cpu")
@@ -359,7 +359,7 @@ class _FakeEngineCtx:
 def _crossover_rounds(monkeypatch, tables: list[dict], at: int = 4):
     from pytest_voiceperf.probes import llm
 
-    monkeypatch.setattr(llm, "_spec", lambda ctx, *a, **k: ("vllm", {"model": "m"}, {"dummy": True, "config": None}))
+    monkeypatch.setattr(llm, "call_spec", lambda ctx, *a, **k: ("vllm", {"model": "m"}, {"dummy": True, "config": None}))
     session, out = _FakeSession(), []
     for attempt, totals in enumerate(tables):
         ctx = _FakeEngineCtx(session, totals, attempt)
@@ -377,18 +377,18 @@ def test_a_later_round_of_the_crossover_measures_the_first_sweeps_saturated_batc
     (m0, calls0), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
     # saturated at 32, the peak (8) measured once more before the sweep ends
     assert calls0 == [1, 2, 4, 8, 16, 32, 8] and calls1 == [1, 4, 8]
-    assert m0.values["crossover"] == pytest.approx(6.0) and m0.samples["crossover"] == pytest.approx([6.0, 6.0])
+    assert m0.values["crossover"] == pytest.approx(6.0) and m0.repetitions["crossover"] == pytest.approx([6.0, 6.0])
     assert m0.info["measured_batches"] == [1, 2, 4, 8, 16, 32]
     assert m1.values["saturated_at"] == 8 and m1.info["saturated_from"] == "first sweep"
     assert m1.values["crossover"] == pytest.approx(660 / 110)  # medians
-    assert m1.samples["crossover"] == pytest.approx([630 / 105, 690 / 115])
+    assert m1.repetitions["crossover"] == pytest.approx([630 / 105, 690 / 115])
     assert m1.values["total_max"] == 660 and m1.info["measured_batches"] == [1, 4, 8]
     assert m1.values["gain_last"] == pytest.approx(580 / 590 - 1)  # the first sweep's saturation
     # b* among the batch sizes llm.batch measured again: no call of the crossover's own
     first[4], later[4] = [650.0, 650.0], [640.0, 680.0]
     (_, _), (m1, calls1) = _crossover_rounds(monkeypatch, [first, later])
     assert calls1 == [1, 4] and m1.values["saturated_at"] == 4
-    assert m1.samples["crossover"] == pytest.approx([640 / 105, 680 / 115])
+    assert m1.repetitions["crossover"] == pytest.approx([640 / 105, 680 / 115])
 
 
 def test_a_spike_at_the_peak_does_not_end_the_sweep(monkeypatch):

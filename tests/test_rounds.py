@@ -148,7 +148,7 @@ def test_a_round_under_load_is_dropped_and_the_figure_is_disturbed(vp):
     cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail")
     assert cmp.ret == 3  # undecided, not regressed: measuring again may decide it
     cmp.stdout.fnmatch_lines(["UNTESTABLE*c-load*disturbed*", "*0 regressed*1 untestable: disturbed*",
-                              "guarded 0 of 2 figures*untestable: disturbed*FAILED*"])
+                              "guarded 0 of 1 figures*untestable: disturbed*FAILED*"])  # metric m.x is m.rate
     cmp = vp.run(sys.executable, "-m", "pytest_voiceperf.cli", "compare", "base.json", "o.json", "--fail",
                  "--min-guarded", "0")
     assert cmp.ret == 0
@@ -178,7 +178,7 @@ CALLS = []
 def count(ctx, frames: int = 10):
     CALLS.append(1)
     ts = [0.01 * (1 + random.random()) for _ in range(3)]
-    return Measurement({"frames": float(frames), "t": sorted(ts)[1]}, samples={"t": ts},
+    return Measurement({"frames": float(frames), "t": sorted(ts)[1]}, repetitions={"t": ts},
                        info={"calls": len(CALLS)})
 
 def pytest_voiceperf_add_probes(registry):
@@ -251,7 +251,7 @@ from pytest_voiceperf.probes import Measurement, probe
 def on(ctx, model: str = "a"):
     r = ctx.call("selftest", {"model": model}, "echo", value=1.0, n=1)
     ts = [0.01 * (1 + random.random()) for _ in range(3)]
-    return Measurement({"t": sorted(ts)[1]}, samples={"t": ts}, info={"pid": r["pid"]})
+    return Measurement({"t": sorted(ts)[1]}, repetitions={"t": ts}, info={"pid": r["pid"]})
 
 def pytest_voiceperf_add_probes(registry):
     registry.add(on.voiceperf_probe)
@@ -399,7 +399,7 @@ GROUP_PROBES = ENGINE_PAIR_PROBE.replace("def pytest_voiceperf_add_probes(regist
 @probe("t.local", outputs={"t": "s"})
 def local(ctx, k: int = 1):
     ts = [0.02 * (1 + random.random()) for _ in range(3)]
-    return Measurement({"t": sorted(ts)[1]}, samples={"t": ts})
+    return Measurement({"t": sorted(ts)[1]}, repetitions={"t": ts})
 
 @probe("t.gone", outputs={"t": "s"}, engine="selftest")
 def gone(ctx, model: str = "a"):
@@ -467,7 +467,7 @@ def val(ctx, model: str = "a", xs: str = "1.0"):
     ctx.call("selftest", {"model": model}, "echo", value=1.0, n=1)
     vals = [float(v) for v in xs.split(",")]
     x = vals[min(ctx.attempt, len(vals) - 1)]
-    return Measurement({"t": x}, samples={"t": [x * 0.999, x, x * 1.001]})
+    return Measurement({"t": x}, repetitions={"t": [x * 0.999, x, x * 1.001]})
 
 def pytest_voiceperf_add_probes(registry):
     registry.add(val.voiceperf_probe)
@@ -516,7 +516,7 @@ NESTED_PROBES = GROUP_PROBES.replace("def pytest_voiceperf_add_probes(registry):
 @probe("t.outer", outputs={"t": "s"}, engine="selftest")
 def outer(ctx, model: str = "a"):
     inner = ctx.probe("t.on", model=model)
-    return Measurement({"t": inner.values["t"] * 2}, samples={"t": [inner.values["t"] * 2] * 3})
+    return Measurement({"t": inner.values["t"] * 2}, repetitions={"t": [inner.values["t"] * 2] * 3})
 
 def pytest_voiceperf_add_probes(registry):
     registry.add(outer.voiceperf_probe)''', 1)
@@ -587,14 +587,14 @@ from pytest_voiceperf.probes import Measurement, probe
 @probe("t.ceil", outputs={"bw": "B/s"})
 def ceil(ctx, scale: float = 1.0):
     bw = [1e9 * float(scale) * (1 + 0.01 * random.random()) for _ in range(3)]
-    return Measurement({"bw": sorted(bw)[1]}, samples={"bw": bw})
+    return Measurement({"bw": sorted(bw)[1]}, repetitions={"bw": bw})
 
 @probe("t.fit", outputs={"overhead_ms": "ms"})
 def fit(ctx):
     import os
     bw = ctx.probe("t.ceil").values["bw"]
     o = float(os.environ["FIT_MS"]) * (1 + 0.01 * random.random()) - 1e9 / bw
-    return Measurement({"overhead_ms": o}, samples={"overhead_ms": [o]})
+    return Measurement({"overhead_ms": o}, repetitions={"overhead_ms": [o]})
 
 def pytest_voiceperf_add_probes(registry):
     registry.add(ceil.voiceperf_probe)
@@ -610,7 +610,7 @@ from pytest_voiceperf.probes import Measurement, probe
 def rfit(ctx):
     bw = ctx.probe("hw.read_bandwidth", mib=16, reps=3).values["read_bw"]
     o = float(os.environ["FIT_MS"]) * (1 + 0.01 * random.random())
-    return Measurement({"overhead_ms": o}, samples={"overhead_ms": [o]}, info={"bw": bw})
+    return Measurement({"overhead_ms": o}, repetitions={"overhead_ms": [o]}, info={"bw": bw})
 
 def pytest_voiceperf_add_probes(registry):
     registry.add(rfit.voiceperf_probe)
@@ -652,7 +652,7 @@ def test_gate_leaves_alone_a_figure_whose_ceiling_read_inside_its_rounds_differs
     res = pytester.run(*cli)  # not a regression; but nothing was guarded, so the gate does not pass either:
     assert res.ret == 3, res.stdout.str()  # undecided (measure again), not 1 (regressed)
     res.stdout.fnmatch_lines(["UNTESTABLE * the machine changed between the runs: the hw.read_bandwidth its rounds read*",
-                              "0 regressed, 0 improved, 2 untestable: machine changed*", "guarded 0 of 2*FAILED*"])
+                              "0 regressed, 0 improved, 1 untestable: machine changed*", "guarded 0 of 1*FAILED*"])
     assert pytester.run(*cli, "--min-guarded", "0").ret == 0
     from pytest_voiceperf.gate import compare_result
 
@@ -684,7 +684,7 @@ def test_gate_leaves_alone_a_figure_computed_from_a_ceiling_that_drifted_inside_
     (pytester.path / "new.json").write_text(json.dumps(new))
     res = pytester.run(*cli, "--min-guarded", "0")  # untestable, not regressed (and nothing guarded)
     assert res.ret == 0, res.stdout.str()
-    res.stdout.fnmatch_lines(["*untestable*", "0 regressed*", "guarded 0 of 2*"])
+    res.stdout.fnmatch_lines(["*untestable*", "0 regressed*", "guarded 0 of 1*"])  # the metric is f.overhead_ms: one figure
     assert "this run: t.ceil" in res.stdout.str() and "moved -12.4% when measured again" in res.stdout.str()
 
 

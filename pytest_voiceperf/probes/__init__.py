@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from ..exceptions import DuplicateProbe, EngineError, InvalidMeasurement, Unmeasured
@@ -22,8 +22,12 @@ __all__ = ["DuplicateProbe", "EngineError", "InvalidMeasurement", "Measurement",
 
 @dataclass
 class Measurement:
+    """What one probe call gives in one round: its figures (``values``), each output's figure per
+    repetition inside the round (``repetitions``: correlated, never samples of the verdict; one per
+    run even with one run), what it read, and the figures it implies for the ceilings."""
+
     values: dict[str, float]
-    samples: dict[str, list[float]] = field(default_factory=dict)
+    repetitions: dict[str, list[float]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     # figures the measurement implies, checked against ceilings measured in the same session:
     # {"read_bw": bytes/s} or {"matmul_flops:bfloat16": FLOP/s}
@@ -34,17 +38,25 @@ class Measurement:
     # a one-measurement probe's own interval on an output ({"streams": (lo, hi)}: a search whose timed
     # points carry a spread); the verdict reads it where rounds cannot give one
     bracket: dict[str, tuple[float, float]] = field(default_factory=dict)
+    samples: InitVar[dict[str, list[float]] | None] = None  # the former name of repetitions, still taken
+
+    def __post_init__(self, samples: dict[str, list[float]] | None) -> None:
+        if samples is not None and not self.repetitions:
+            self.repetitions = samples
 
     @property
-    def has_samples(self) -> bool:
+    def timed(self) -> bool:
         """Per-run figures for at least one output: a timed measurement, which rounds decide."""
-        return any(self.samples.values())
+        return any(self.repetitions.values())
 
     def spread(self, name: str) -> tuple[float, float] | None:
-        s = self.samples.get(name)
+        s = self.repetitions.get(name)
         if not s or len(s) < 2:
             return None
         return spread(s)
+
+
+del Measurement.samples  # type: ignore[attr-defined]  # a keyword of the constructor only: reading it is an AttributeError, not None
 
 
 def summarize(samples: Iterable[float]) -> float:

@@ -248,7 +248,7 @@ def stream(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str 
                                        "only (the same figure in every round)"})
     if m["dummy"]:
         info["weights_note"] = "random weights of the catalog shape; speed does not depend on weight values"
-    return Measurement(values, samples={"rtf": list(r["rtf_runs"])}, info=info)
+    return Measurement(values, repetitions={"rtf": list(r["rtf_runs"])}, info=info)
 
 
 PARAKEET_HOW = ("build parakeet.cpp (github.com/mudler/parakeet.cpp: cmake -B build -DPARAKEET_SHARED=ON "
@@ -296,7 +296,7 @@ def port(ctx, chunk_ms: int = 0, right_context: int | None = None, model: str = 
                            "included) and the final parakeet_capi_stream_finalize"})
     if m["dummy"]:
         info["weights_note"] = "the NeMo engine's random weights, written as they are timed there"
-    return Measurement(values, samples={"rtf": list(r["rtf_runs"])}, info=info)
+    return Measurement(values, repetitions={"rtf": list(r["rtf_runs"])}, info=info)
 
 
 @probe("asr.port_agreement", engine="parakeet", outputs={"cer_vs_nemo": "fraction", "chars_nemo": "",
@@ -342,7 +342,7 @@ def buffered(ctx, chunk_ms: int = 0, right_context: int | None = None, model: st
                  "flops_offline": r["flops_offline"], "frames_offline": r["frames_offline"]})
     # the RTF keeps its samples even from one repetition: a probe without samples is deterministic
     # (one round stands for every round, and the gate compares its outputs as counts)
-    return Measurement({k: float(v) for k, v in values.items()}, samples={"rtf": list(r["rtf_runs"])}, info=info)
+    return Measurement({k: float(v) for k, v in values.items()}, repetitions={"rtf": list(r["rtf_runs"])}, info=info)
 
 
 # one search per run (doubling, then bisecting on a timed criterion): its count is a timing's outcome,

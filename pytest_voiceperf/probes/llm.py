@@ -28,210 +28,13 @@ to 512 concurrent requests on CUDA (the largest captured graph), 16 tokens x 1 u
 """
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import json
 import math
-import os
 import statistics
 
-from ..engines import families, installed, of_kind
-from ..engines.llm_specs import LLMCall
+from ..engines import families
 from . import Measurement, Unmeasured, probe
-
-
-def engines() -> tuple[str, ...]:
-    """What a claim may name as an llm.* call's engine: auto, then every family of kind "llm" (the
-    built-ins and those other packages register, see docs/engines.md)."""
-    return ("auto",) + tuple(of_kind("llm"))
-
-
-def quants() -> tuple[str, ...]:
-    """What a claim may name as a call's quantization: none, fp8, and the weight formats the LLM
-    families declare as theirs (llama.cpp's GGUF q4_0, q8_0, f16)."""
-    fams = families()
-    return ("none", "fp8") + tuple(dict.fromkeys(q for n in of_kind("llm") for q in fams[n].formats))
-
-
-DTYPES = ("bfloat16", "float16", "float32")
-QUANTS = quants()
-
-
-# -- arguments and engine specs ---------------------------------------------------------------
-def _family(engine: str, quant: str | None = None, preferred: str | None = None) -> str:
-    """The family an llm.* call runs on. ``auto``: the family whose own weight format the call asks
-    for (Family.formats: llama.cpp's GGUF), else the one the operator named (--voiceperf-llm-engine),
-    else the highest ``Family.auto_rank`` installed here (in its own interpreter too, --voiceperf-python:
-    vLLM, then transformers), else the lowest ranked (its "not installed" is the reason given)."""
-    if engine == "auto":
-        fams = [families()[n] for n in of_kind("llm")]
-        for f in fams:
-            if quant in f.formats:
-                return f.name
-        if preferred:
-            return preferred
-        ranked = sorted((f for f in fams if f.auto_rank > 0), key=lambda f: -f.auto_rank)
-        if not ranked:
-            raise Unmeasured("engine auto: no LLM family ranks for it (Family.auto_rank); name the engine")
-        return next((f.name for f in ranked if installed(f.name)), ranked[-1].name)
-    if engine not in engines():
-        raise Unmeasured(f"engine {engine!r} is not one of {', '.join(engines())}")
-    return engine
-
-
-def _int(v, what: str) -> int:
-    try:
-        return int(float(v))
-    except (TypeError, ValueError):
-        raise Unmeasured(f"{what} must be a number, got {v!r}") from None
-
-
-def _quant(q) -> str | None:
-    q = "none" if q in (None, "") else str(q)
-    if q not in QUANTS:
-        raise Unmeasured(f"quantization {q!r} is not one of {', '.join(QUANTS)}")
-    return None if q == "none" else q
-
-
-# engine options a claim may set for its own calls (claim files come from pull requests: performance
-# settings only; the operator's ini and command line may set any vLLM argument)
-CLAIM_ENGINE_ARGS = ("enforce_eager", "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "block_size",
-                     "gpu_memory_utilization", "enable_chunked_prefill", "async_scheduling")
-
-
-def claim_engine_args(text) -> dict:
-    """A call's ``engine_args`` ("enforce_eager=true,max_num_seqs=256") as a dict; values read as JSON."""
-    out: dict = {}
-    for item in [x.strip() for x in str(text or "").split(",") if x.strip()]:
-        key, eq, val = item.partition("=")
-        key = key.strip()
-        if not eq or key not in CLAIM_ENGINE_ARGS:
-            raise Unmeasured(f"engine_args {item!r}: a claim may set {', '.join(CLAIM_ENGINE_ARGS)} as KEY=VALUE "
-                             "(other engine options: ini voiceperf_engine_args or --voiceperf-engine-arg)")
-        try:
-            v = json.loads(val.strip())
-        except ValueError:
-            v = val.strip()
-        if not isinstance(v, (bool, int, float, str)):
-            raise Unmeasured(f"engine_args {item!r}: the value must be a number, true/false or a word")
-        out[key] = v
-    return out
-
-
-def _spec(ctx, model: str, engine: str, dtype: str, quantization, cache: bool = False,
-          tp: int = 1, engine_args: str = "") -> tuple[str, dict, dict]:
-    """(family, engine spec, model entry): the call checked here, the spec built by the family's own
-    spec function (engines/llm_specs.py for the built-ins). The same arguments always give the same
-    spec (one shared engine)."""
-    m = ctx.model(model)
-    if m["family"] not in (None, "llm"):
-        raise Unmeasured(f"model {model!r} is a {m['family']} model, not an LLM")
-    q = _quant(quantization)
-    fam = _family(engine, q, getattr(ctx, "llm_engine", None))
-    family = families()[fam]
-    if tp > 1 and not family.tensor_parallel:
-        raise Unmeasured(f"tensor parallel (tp {tp}) runs on {_able('tensor_parallel')}, not {fam}")
-    if dtype not in DTYPES:
-        raise Unmeasured(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    if family.torch_half_on_cpu:
-        _emulated_half_check(ctx, m, dtype)
-    # the operator's engine options, then the call's own: part of the spec, so other options are
-    # another engine (and another probe call: engine_args is an argument)
-    own = claim_engine_args(engine_args)
-    if tp > 1:
-        tp = _tp_check(ctx, tp)
-    call = LLMCall(model, m["config"], m["weights"], ctx.device, dtype, q, bool(cache), tp,
-                   {**ctx.engine_args(fam), **own})
-    return fam, family_spec(fam, call), m
-
-
-def _able(capability: str) -> str:
-    """The LLM families that declare ``capability`` (a Family flag), for a refusal's words."""
-    return " or ".join(n for n in of_kind("llm") if getattr(families()[n], capability)) or "no engine here"
-
-
-def family_spec(fam: str, call: LLMCall) -> dict:
-    """The engine spec of a call: the family's spec function's, or the call's fields as they are when it
-    has none."""
-    family = families()[fam]
-    if family.spec is None:
-        spec = {k: v for k, v in dataclasses.asdict(call).items() if v not in (None, {}, False)}
-        return spec
-    mod, _, name = family.spec.partition(":")
-    try:
-        fn = getattr(importlib.import_module(mod), name)
-    except Exception as exc:  # a broken plugin makes its calls unmeasured, never the session an error
-        raise Unmeasured(f"engine {fam}: its spec function {family.spec} could not be loaded: "
-                         f"{type(exc).__name__}: {exc}") from None
-    spec = fn(call)
-    if not isinstance(spec, dict):
-        raise Unmeasured(f"engine {fam}: its spec function {family.spec} gave {type(spec).__name__}, not a dict")
-    return spec
-
-
-# An x86 CPU without AVX-512 has no fast half-precision path: on an AVX2-only host (2 cores) vLLM ran
-# qwen3-0.6b in bfloat16 at 2.3 tok/s decode and about 5 GFLOP/s batched (float32 GEMM there: tens of
-# GFLOP/s), so one 1,024-token prefill took minutes and the CPU default over an hour. Such a case is
-# refused when one 1,024-token prefill would exceed EMULATED_LIMIT_FLOP (20 s at that rate).
-EMULATED_RATE = 5e9
-EMULATED_LIMIT_FLOP = 20 * EMULATED_RATE
-NATIVE_HALF = ("avx512f", "avx512_bf16", "amx_bf16")
-
-
-def _emulated_half_check(ctx, m: dict, dtype: str, isa: list[str] | None = None) -> None:
-    """``isa``: the CPU's vector extensions (read from /proc/cpuinfo when not given)."""
-    if ctx.device == "cuda" or dtype not in ("bfloat16", "float16") or os.environ.get("VOICEPERF_EMULATED_HALF"):
-        return
-    if isa is None:
-        from ..provenance import cpu_isa
-
-        isa = cpu_isa()
-    if isa is None or any(f in isa for f in NATIVE_HALF) or "avx2" not in isa:
-        return  # not an x86 host we know (ARM has its own half-precision units), or one with AVX-512
-    cfg = m.get("config") or {}
-    if cfg.get("model_type") != "qwen3":
-        return
-    from ..models import qwen3_param_counts
-
-    flop = 2.0 * qwen3_param_counts(cfg)["non_embedding"] * 1024
-    if flop > EMULATED_LIMIT_FLOP:
-        raise Unmeasured(
-            f"{dtype} is emulated on this CPU (vector extensions: {' '.join(isa)}; no AVX-512 or AMX): vLLM computed "
-            f"it at about {EMULATED_RATE / 1e9:.0f} GFLOP/s on such a CPU, so one 1,024-token prefill of {m.get('name') or 'this model'} "
-            f"({flop / 1e12:.2f} TFLOP) takes about {flop / EMULATED_RATE / 60:.0f} min; run it on a CPU with AVX-512 "
-            "or a GPU, or set VOICEPERF_EMULATED_HALF=1 to measure it anyway")
-
-
-def _tp_check(ctx, tp: int) -> int:
-    """Tensor parallel over ``tp`` GPUs: they must all be visible to this pytest process."""
-    if ctx.device != "cuda":
-        raise Unmeasured(f"tensor parallel over {tp} GPUs needs CUDA; this run is on the CPU")
-    import torch
-
-    n = torch.cuda.device_count()
-    if n < tp:
-        why = (" (--voiceperf-gpus gives each worker one GPU: run tensor-parallel claims without it)"
-               if os.environ.get("VOICEPERF_GPU") is not None else "")
-        raise Unmeasured(f"tensor parallel over {tp} GPUs: this process sees {n}{why}")
-    return tp
-
-
-def _key(args: dict) -> str:
-    """Which engine instance a call needs (cases sharing it run together)."""
-    model = args.get("model")
-    if model is None and args.get("variants"):
-        # after every single-engine case ("~" sorts last): in one process the decodes the fit needs are
-        # then already measured (memoized), so the fit starts no engine of its own
-        first = str(args["variants"]).split(",")[0].split(":")
-        first += ["bfloat16", "none"][len(first) - 1:]
-        return f"~fit:{first[0]}:{args.get('engine', 'auto')}:{first[1] or 'bfloat16'}:{first[2] or 'none'}"
-    tp = args.get("tp", 1)
-    try:
-        tp = int(float(tp))
-    except (TypeError, ValueError):
-        pass  # the probe itself reports the bad value
-    return (f"{model}:{args.get('engine', 'auto')}:{args.get('dtype', 'bfloat16')}:{args.get('quantization', 'none')}"
-            + ("" if tp == 1 else f":tp{tp}") + (f":{args['engine_args']}" if args.get("engine_args") else ""))
+from .llm_call import DTYPES, QUANTS, able, as_int, call_spec, engine_key, engines, family_for, quant_of
 
 
 def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
@@ -239,7 +42,7 @@ def _defaults(ctx, tokens: int, reps: int) -> tuple[int, int]:
     # repetitions per round: the verdict's spread comes from rounds. On the 2-core CPU one repetition
     # of 64 tokens takes 3 s; two back to back differed by 2-17% and the rounds of the same runs by
     # as much (results/cpu/timing/): a second one averages only the noise inside a round, at twice the cost
-    return (_int(tokens, "tokens") or (128 if cuda else 64)), (_int(reps, "reps") or (5 if cuda else 1))
+    return (as_int(tokens, "tokens") or (128 if cuda else 64)), (as_int(reps, "reps") or (5 if cuda else 1))
 
 
 def _memo(ctx, key: tuple, fn):
@@ -274,7 +77,7 @@ def _matmul_key(spec: dict) -> str:
 
 
 # -- decode ------------------------------------------------------------------------------------
-@probe("llm.decode", engine="llm", engine_key=_key,
+@probe("llm.decode", engine="llm", engine_key=engine_key,
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "agreement": "ratio", "ms_per_token": "ms",
                 "weight_bytes": "B", "read_bytes": "B", "kv_bytes_per_token": "B", "kv_read_bytes": "B",
                 "e2e_s": "s", "ttft_s": "s", "generated": "tokens", "bytes_per_weight": "B",
@@ -287,12 +90,12 @@ def decode(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "b
     """Per-request decode tok/s (engine's own timestamps) with the caller's clock beside it.
 
     ``tp``: tensor parallel over that many GPUs (vLLM); each GPU then reads 1/tp of the bytes."""
-    tp = _int(tp, "tp")
+    tp = as_int(tp, "tp")
     if tp < 1:
         raise Unmeasured(f"tp must be 1 or more, got {tp}")
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, tp=tp, engine_args=engine_args)
+    fam, spec, m = call_spec(ctx, model, engine, dtype, quantization, tp=tp, engine_args=engine_args)
     tokens, reps = _defaults(ctx, tokens, reps)
-    prompt_len, batch = _int(prompt_len, "prompt_len"), _int(batch, "batch")
+    prompt_len, batch = as_int(prompt_len, "prompt_len"), as_int(batch, "batch")
     ctx.progress(f"llm.decode {model} on {fam}: {tokens} tokens x {reps} reps, batch {batch}")
     r, info = _call(ctx, fam, spec, "decode", tokens=tokens, reps=reps, batch=batch, prompt_len=prompt_len)
     info = dict(info)
@@ -330,7 +133,7 @@ def _params(m: dict, info: dict) -> tuple[int, int]:
 
 
 # -- prefill -----------------------------------------------------------------------------------
-@probe("llm.prefill", engine="llm", engine_key=_key,
+@probe("llm.prefill", engine="llm", engine_key=engine_key,
        outputs={"tok_s": "tok/s", "tok_s_wall": "tok/s", "flops": "FLOP/s", "prompt_len": "tokens",
                 "ttft_s": "s", "non_embedding_params": "", "cached_tokens": "tokens"},
        exact=("prompt_len", "non_embedding_params"),
@@ -341,9 +144,9 @@ def prefill(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "
     one prompt (the cache trap). vLLM engines run with prefix caching on for every claim, so an honest
     figure is proven uncached by the engine's own count (num_cached_tokens == 0)."""
     on = cache == "on"
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, cache=on, engine_args=engine_args)
+    fam, spec, m = call_spec(ctx, model, engine, dtype, quantization, cache=on, engine_args=engine_args)
     _, reps = _defaults(ctx, 0, reps)
-    prompt_len = _int(prompt_len, "prompt_len")
+    prompt_len = as_int(prompt_len, "prompt_len")
     ctx.progress(f"llm.prefill {model} on {fam}: {prompt_len} tokens x {reps} reps"
                  + (", one repeated prompt (the prefix cache answers)" if on else ", distinct random prompts"))
     r, info = _call(ctx, fam, spec, "prefill", prompt_len=prompt_len, reps=reps, repeat_prompt=on)
@@ -420,17 +223,17 @@ def _sweep(ctx, fam, spec, tokens, reps, prompt_len, at, max_batch, stop_gain) -
 
 def _sweep_for(ctx, model, engine, dtype, quantization, tokens, reps, prompt_len, at, max_batch, stop_gain,
                engine_args=""):
-    fam, spec, m = _spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
+    fam, spec, m = call_spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
     if not families()[fam].batches:
-        raise Unmeasured(f"the {fam} engine here decodes one sequence at a time; use {_able('batches')} for batching")
-    tokens = _int(tokens, "tokens") or (128 if ctx.device == "cuda" else 16)
-    reps = _int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
-    at = _int(at, "at")
+        raise Unmeasured(f"the {fam} engine here decodes one sequence at a time; use {able('batches')} for batching")
+    tokens = as_int(tokens, "tokens") or (128 if ctx.device == "cuda" else 16)
+    reps = as_int(reps, "reps") or (3 if ctx.device == "cuda" else 1)
+    at = as_int(at, "at")
     # CUDA: up to vLLM's largest captured graph (512; beyond it decode runs eagerly and the total
     # throughput falls: H200 0.6B 41,835 -> 23,114 tok/s at 1,024); a claim may ask for more
-    max_batch = _int(max_batch, "max_batch") or (512 if ctx.device == "cuda" else 64)
+    max_batch = as_int(max_batch, "max_batch") or (512 if ctx.device == "cuda" else 64)
     max_batch = max(max_batch, at)
-    prompt_len = _int(prompt_len, "prompt_len")
+    prompt_len = as_int(prompt_len, "prompt_len")
     skey = (json.dumps(spec, sort_keys=True, default=str), tokens, reps, prompt_len, at, max_batch, float(stop_gain))
     later = ctx.session.remembers("llm.sweeps", skey)
     rows, info = ctx.session.remember("llm.sweeps", skey, lambda: _sweep(ctx, fam, spec, tokens, reps, prompt_len, at,
@@ -455,7 +258,7 @@ BATCH_OUT = {"tok_s_1": "tok/s", "tok_s_at": "tok/s", "slowdown": "fraction", "t
              "batch_max_run": "", "bytes_per_weight": "B", "non_embedding_params": "", "read_bw_1": "B/s"}
 
 
-@probe("llm.batch", engine="llm", engine_key=_key, outputs=BATCH_OUT,
+@probe("llm.batch", engine="llm", engine_key=engine_key, outputs=BATCH_OUT,
        choices={"engine": engines(), "dtype": DTYPES, "quantization": QUANTS})
 def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bfloat16", quantization: str = "none",
           at: int = 16, max_batch: int = 0, tokens: int = 0, reps: int = 0, prompt_len: int = 32,
@@ -469,7 +272,7 @@ def batch(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str = "bf
     by = {r["batch"]: r for r in rows}
     r1, ra = by[1], by[used["at"]]
     best = max(rows, key=lambda r: r["total_tok_s"])
-    kv_read = kvt * (_int(prompt_len, "prompt_len") + (used["tokens"] - 1) / 2)
+    kv_read = kvt * (as_int(prompt_len, "prompt_len") + (used["tokens"] - 1) / 2)
     implied_bw = max(r["tok_s"] * (wread + r["batch"] * kv_read) for r in rows)
     values = {"tok_s_1": r1["tok_s"], "tok_s_at": ra["tok_s"], "slowdown": r1["tok_s"] / ra["tok_s"] - 1,
               "total_1": r1["total_tok_s"], "total_at": ra["total_tok_s"],
@@ -502,7 +305,7 @@ def _ratios(top: list, one: list) -> list[float]:
     return [t / o for t, o in zip(top, one) if t and o]
 
 
-@probe("llm.crossover", engine="llm", engine_key=_key,
+@probe("llm.crossover", engine="llm", engine_key=engine_key,
        outputs={"crossover": "requests", "saturated_at": "requests", "gain_last": "fraction",
                 "bytes_per_weight": "B", "flops_max": "FLOP/s", "total_1": "tok/s", "total_max": "tok/s"},
        exact=("saturated_at", "bytes_per_weight"),
@@ -527,7 +330,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
             f"the sweep did not reach the compute crossover: total throughput still rose {gain_last * 100:.0f}% "
             f"from {rows[-2]['batch']} to {rows[-1]['batch']} concurrent requests (max_batch "
             f"{bm.info['max_batch']}); raise max_batch")
-    fam, spec, _ = _spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
+    fam, spec, _ = call_spec(ctx, model, engine, dtype, quantization, engine_args=engine_args)
     best, fresh = _saturated(rows)
     one = next(r for r in rows if r["batch"] == 1)
     measured = [r["batch"] for r in rows if not r.get("from_first_sweep", False)]
@@ -557,7 +360,7 @@ def crossover(ctx, model: str = "qwen3-0.6b", engine: str = "auto", dtype: str =
 
 
 # -- decode time model -------------------------------------------------------------------------
-@probe("llm.decode_fit", engine="llm", engine_key=_key,
+@probe("llm.decode_fit", engine="llm", engine_key=engine_key,
        outputs={"overhead_ms": "ms", "max_rel_residual": "fraction", "fit_bw": "B/s", "fit_overhead_ms": "ms",
                 "n_points": "", "read_bw": "B/s"},
        choices={"engine": engines()})
@@ -579,7 +382,7 @@ def decode_fit(ctx, variants: str = "qwen3-0.6b,qwen3-1.7b,qwen3-4b", engine: st
             args["dtype"] = parts[1]
         if len(parts) > 2 and parts[2]:
             args["quantization"] = parts[2]
-            if engine == "auto" and _family(engine, _quant(parts[2])) == "llamacpp":
+            if engine == "auto" and family_for(engine, quant_of(parts[2])) == "llamacpp":
                 # named as a claim on that engine names it, so the decode is the one already measured
                 args["engine"] = "llamacpp"
         d = ctx.probe("llm.decode", **args)

@@ -121,9 +121,9 @@ def turn(ctx, asr_model: str = "nemotron-asr-0.6b", asr_chunk_ms: int = 560, llm
     # reply's synthesis per round): a timed figure, never a probe without samples, which the session
     # would take for a search and decide from one round with no interval
     samples = {"tts_share": [values["tts_share"]]}
-    a_runs = asr.samples.get("rtf") or []
-    d_runs = dec.samples.get("tok_s") or []
-    t_runs = syn.samples.get("rtf") or []
+    a_runs = asr.repetitions.get("rtf") or []
+    d_runs = dec.repetitions.get("tok_s") or []
+    t_runs = syn.repetitions.get("rtf") or []
     n = min(len(a_runs), len(d_runs), len(t_runs))
     if n >= 2:
         shares = []

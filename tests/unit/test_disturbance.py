@@ -131,7 +131,7 @@ def test_drops_spread_over_a_run_leave_a_probe_measured_and_drops_in_a_row_end_i
 
     @probe("t.flat", outputs={"t": "s"})
     def flat(ctx):
-        return Measurement({"t": 1.0}, samples={"t": [0.99, 1.0, 1.01]})
+        return Measurement({"t": 1.0}, repetitions={"t": [0.99, 1.0, 1.01]})
 
     reg = Registry()
     reg.add(flat.voiceperf_probe)
@@ -172,7 +172,7 @@ def test_the_end_check_stops_the_engines_and_confirms_a_lone_off_reading(tmp_pat
     def matmul(ctx, dtype: str = "bfloat16"):
         v = readings.pop(0)
         events.append(f"read {v:g}")
-        return Measurement({"flops": v}, samples={"flops": [v * 0.999, v, v * 1.001]})
+        return Measurement({"flops": v}, repetitions={"flops": [v * 0.999, v, v * 1.001]})
 
     reg = Registry()
     reg.add(matmul.voiceperf_probe)

@@ -6,7 +6,7 @@ from pytest_voiceperf import engines, provenance
 from pytest_voiceperf.engines import llm_specs
 from pytest_voiceperf.engines.llm_specs import LLMCall
 from pytest_voiceperf.exceptions import Unmeasured
-from pytest_voiceperf.gate import packages_match
+from pytest_voiceperf.provenance import packages_match
 
 
 def _call(**kw) -> LLMCall:
@@ -63,21 +63,21 @@ def test_the_packages_recorded_and_matched_come_from_the_families():
 def test_engine_auto_and_the_operators_options_follow_the_family_declarations(monkeypatch):
     from pytest_voiceperf import cmdline
     from pytest_voiceperf.engines import Family
-    from pytest_voiceperf.probes import llm
+    from pytest_voiceperf.probes import llm_call as llm
 
     toy = Family("toyllm", "toy_engine", (), "pip install toy", kind="llm", formats=("awq",), auto_rank=3,
                  engine_args=True)
     fams = dict(engines.families(), toyllm=toy)
     monkeypatch.setattr(engines, "_families", fams)
     monkeypatch.setattr(llm, "installed", lambda name: name in ("toyllm", "transformers"))
-    assert llm._family("auto", "q4_0") == "llamacpp"  # llama.cpp's own format
-    assert llm._family("auto", "awq") == "toyllm"  # the plugin's
-    assert llm._family("auto", None, preferred="transformers") == "transformers"  # the operator's pick
-    assert llm._family("auto") == "toyllm"  # ranked above vLLM and installed
+    assert llm.family_for("auto", "q4_0") == "llamacpp"  # llama.cpp's own format
+    assert llm.family_for("auto", "awq") == "toyllm"  # the plugin's
+    assert llm.family_for("auto", None, preferred="transformers") == "transformers"  # the operator's pick
+    assert llm.family_for("auto") == "toyllm"  # ranked above vLLM and installed
     monkeypatch.setattr(llm, "installed", lambda name: name == "transformers")
-    assert llm._family("auto") == "transformers"  # vLLM and the plugin not installed here
+    assert llm.family_for("auto") == "transformers"  # vLLM and the plugin not installed here
     monkeypatch.setattr(llm, "installed", lambda name: False)
-    assert llm._family("auto") == "transformers"  # nothing installed: the fallback, which says so
+    assert llm.family_for("auto") == "transformers"  # nothing installed: the fallback, which says so
     assert "awq" in llm.quants() and llm.quants()[:2] == ("none", "fp8")
     assert cmdline.engine_args(["toyllm:mib=64", "vllm:enforce_eager=true"]) == {
         "toyllm": {"mib": 64}, "vllm": {"enforce_eager": True}}

@@ -3,7 +3,8 @@ the correction for the figures this run compares and the looks at them."""
 from types import SimpleNamespace
 
 from pytest_voiceperf.explain import explain_probe
-from pytest_voiceperf.gate import Gate, changes, machine_mismatches
+from pytest_voiceperf.gate import Gate
+from pytest_voiceperf.provenance import changes, machine_mismatches
 
 
 def _decode(tok_s: float, read_bytes: float, bw: float, **info):
@@ -54,7 +55,7 @@ def _rec(nodeid, rounds, probe_rounds=None, **kw):
     r = {"nodeid": nodeid, "claim": nodeid, "value": sorted(rounds)[len(rounds) // 2], "samples": rounds,
          "rounds": len(rounds), "higher_is_better": True, "outcome": "passed", "reason": "", "disturbed": [],
          "probes": {"m": {"probe": "t.const", "call": f"t.const{nodeid}", "values": {"rate": rounds[0]},
-                          "samples": {"rate": probe_rounds or rounds}, "units": {"rate": "tok/s"}}}}
+                          "samples": {"rate": probe_rounds or [x / 10 for x in rounds]}, "units": {"rate": "tok/s"}}}}
     r.update(kw)
     return r
 
@@ -98,7 +99,7 @@ def test_engine_options_a_claim_may_set_and_those_it_may_not():
     import pytest
 
     from pytest_voiceperf.probes import Unmeasured
-    from pytest_voiceperf.probes.llm import claim_engine_args
+    from pytest_voiceperf.probes.llm_call import claim_engine_args
 
     assert claim_engine_args("enforce_eager=true, max_num_seqs=256,kv_cache_dtype=fp8") == {
         "enforce_eager": True, "max_num_seqs": 256, "kv_cache_dtype": "fp8"}

@@ -33,10 +33,12 @@ def test_bonferroni_level_over_figures():
 
 
 def _result(nodeid, rounds, probe_rounds=None, **kw):
+    # the metric (per round) and a probe figure it is computed from: two measurements (a metric that is
+    # the probe figure itself is one: test_a_metric_that_is_one_probe_output_is_one_figure)
     r = {"nodeid": nodeid, "claim": nodeid, "value": sorted(rounds)[len(rounds) // 2], "samples": rounds,
          "rounds": len(rounds), "higher_is_better": True, "outcome": "passed", "reason": "", "disturbed": [],
          "probes": {"m": {"probe": "t.const", "args": {"x": 1}, "values": {"rate": rounds[0]},
-                          "samples": {"rate": probe_rounds or rounds}, "units": {"x": "", "rate": "tok/s"}}}}
+                          "samples": {"rate": probe_rounds or [x / 10 for x in rounds]}, "units": {"x": "", "rate": "tok/s"}}}}
     r.update(kw)
     return r
 
@@ -64,6 +66,30 @@ def test_gate_compares_a_shared_probe_once():
     g.check(_result("b", [60.0] * 3))
     figs = [c.figure for _, comps in g.seen for c in comps]
     assert figs.count("m.rate [tok/s]") == 1 and figs.count("metric") == 2
+
+
+def test_a_metric_that_is_one_probe_output_is_one_figure():
+    # gate-decode's metric is d.tok_s: the metric's rounds are the probe figure's rounds. Counted twice, it
+    # halved every figure's level (alpha/16 over 8 looks, not alpha/8) and "guarded 2 of 2" was one figure
+    from pytest_voiceperf.exports import figures as exported
+    from pytest_voiceperf.record import results_file
+
+    same = lambda rounds: _result("a", rounds, probe_rounds=rounds)  # noqa: E731
+    base = same([100.0, 101.0, 99.0, 100.5, 99.5, 100.0])
+    base["probes"]["m"]["values"]["rate"] = base["value"]
+    g = Gate("base.json", {"results": [base]}, tolerance=0.1, alpha=0.05)
+    assert g.n_figures == 1
+    slow = same([70.0, 70.5, 69.5])
+    slow["probes"]["m"]["values"]["rate"] = slow["value"]
+    comps = g.check(slow)
+    assert [(c.figure, c.verdict) for c in comps] == [("m.rate [tok/s]", "regressed")]
+    assert (g.guarded()["guarded"], g.guarded()["offered"]) == (1, 1)
+    # a metric computed from the figure (another measurement: other rounds) is a figure of its own
+    g = Gate("base.json", {"results": [_result("a", [100.0, 101.0, 99.0])]}, tolerance=0.1, alpha=0.05)
+    assert g.n_figures == 2
+    # exports name both (the claim's metric is what a benchmark dashboard shows)
+    doc = results_file({"provenance": {}, "results": [base]})
+    assert [f.name for f in exported(doc)].count("a") == 1 and len(exported(doc)) == 2
 
 
 def test_gate_compares_one_call_once_whatever_its_arguments_spelling():

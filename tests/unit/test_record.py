@@ -23,7 +23,9 @@ def test_a_committed_results_file_reads_and_writes_back_unchanged():
 def test_a_provenance_of_the_wrong_shape_is_named_and_one_that_fits_is_kept_as_written():
     # a cached baseline is hostile: the gate reads packages, ceilings_end, complete before it compares
     doc = json.loads(DATA.read_text())
-    assert results_file(doc).provenance == doc["provenance"]  # nothing added, nothing dropped
+    read = results_file(doc)
+    assert read.provenance.packages["torch"] == doc["provenance"]["packages"]["torch"]  # typed
+    assert read.dump()["provenance"] == doc["provenance"]  # and written back as it was: nothing added or dropped
     for field, bad, where in (("packages", 5, "provenance.packages"),
                               ("complete", "maybe", "provenance.complete"),
                               ("ceilings_end", [{"probe": "hw.matmul", "change": "big"}], "provenance.ceilings_end.0.change"),
