@@ -48,8 +48,22 @@ def _job(repo: Path, branch: str, model: str) -> tuple[int, str, str]:
 
 
 def test_the_workflows_call_the_script_the_test_runs():
+    import re
+    import tomllib
+
+    import yaml
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     for wf in WORKFLOWS:
-        assert "examples/ci/voiceperf-gate.sh" in wf.read_text(), wf
+        text = wf.read_text()
+        assert isinstance(yaml.safe_load(text), dict), wf  # a file GitHub or GitLab can read
+        assert "examples/ci/voiceperf-gate.sh" in text, wf
+        # what it installs is what the README's CUDA runner does, from files of this repository
+        for path in re.findall(r"(?:-r |^\s*(?:run: |- )?)((?:requirements|examples)/[\w./-]+)", text, re.M):
+            assert (ROOT / path).exists(), (wf, path)
+        for extra in re.findall(r'-e "\.\[(\w+)\]"', text):
+            assert extra in extras, (wf, extra)
+        assert "--voiceperf-python vllm=.venv-vllm/bin/python" in text, wf
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the script is bash")
