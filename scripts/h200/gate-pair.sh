@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (written 2026-12-07; not yet run: no device was lent that session)
 # On the device, nothing carried but .whl/base: the same claims twice on one GPU, the second gated
 # against the first (--voiceperf-save / --voiceperf-baseline), then `voiceperf compare --fail` over
 # the two results files. The cuda profile's hardware claims and qwen3-0.6b decode on transformers.

@@ -1,7 +1,7 @@
 """How much of llama.cpp's decode speed belongs to the engine process: N fresh engine processes in a
 row, each measuring one round (3 decodes of 64 tokens, qwen3-0.6b q4_0, random weights) on this CPU.
 
-    .venv/bin/python scripts/llamacpp-fresh-processes.py 6
+    .venv/bin/python scripts/experiments/llamacpp-fresh-processes.py 6
 
 Prints each process's decodes in tok/s. On the 2-core dev VM (2026-12-06), six processes gave means
 12.14-13.00 tok/s, with 1-2% within each. That is why the llama.cpp family says fresh_rounds.

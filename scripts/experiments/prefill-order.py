@@ -3,7 +3,7 @@
 printed with its prefill tok/s: N = prefill of N tokens with a full warm-up, Nw0 = no warm-up, Nr = one
 repeated prompt (cached), bN = a decode batch of N requests x 16 tokens, NxK = K repetitions.
 The engine runs in this process (not a plugin worker): set the allocator variables yourself to compare.
-usage: VOICEPERF_CACHE=DIR .venv/bin/python scripts/prefill-order.py 2048 b16 2048w0 ..."""
+usage: VOICEPERF_CACHE=DIR .venv/bin/python scripts/experiments/prefill-order.py 2048 b16 2048w0 ..."""
 import sys
 import time
 
