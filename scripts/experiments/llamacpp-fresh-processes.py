@@ -22,12 +22,12 @@ ARGS = {"batch": 1, "dtype": "bfloat16", "engine": "llamacpp", "model": "qwen3-0
 def main(n: int) -> None:
     reg = load_registry()
     decode = reg.get("llm.decode")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the repository
     for i in range(n):
         s = VoiceperfSession(Options(device="cpu"), reg, root)  # a new session: a new engine process
         try:
             m = decode(ProbeContext(s, time.monotonic() + 300), **ARGS)
-            print(i, [round(x, 2) for x in m.samples["tok_s"]], flush=True)
+            print(i, [round(x, 2) for x in m.repetitions["tok_s"]], flush=True)
         finally:
             s.close()
 
