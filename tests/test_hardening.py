@@ -478,8 +478,10 @@ def test_a_light_engine_lives_beside_the_one_live_engine(tmp_path, monkeypatch):
             closed.append(self.family)
             self.alive = False
 
-    monkeypatch.setattr(engines, "EngineProcess", FakeProcess)
-    monkeypatch.setattr(engines, "check_available", lambda family: None)
+    from pytest_voiceperf.engines import pool as engine_pool
+
+    monkeypatch.setattr(engine_pool, "EngineProcess", FakeProcess)
+    monkeypatch.setattr(engine_pool, "check_available", lambda family: None)
     pool = engines.EnginePool(tmp_path, start_timeout=1, max_live=1)
     nemo = pool.get("nemo", {"model": "asr"})
     port = pool.get("parakeet", {"model": "asr"})
@@ -561,7 +563,7 @@ def test_a_fresh_rounds_engine_serves_each_round_of_a_call_from_its_own_process(
 
     fams = dict(engines.families())
     fams["fresh"] = dataclasses.replace(engines.SELFTEST, name="fresh", fresh_rounds=True)
-    monkeypatch.setattr(engines, "_families", fams)
+    monkeypatch.setattr(engines.family, "_families", fams)
     assert engines.LLAMACPP.fresh_rounds and not engines.VLLM.fresh_rounds
 
     def make(family):

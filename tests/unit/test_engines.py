@@ -68,7 +68,7 @@ def test_engine_auto_and_the_operators_options_follow_the_family_declarations(mo
     toy = Family("toyllm", "toy_engine", (), "pip install toy", kind="llm", formats=("awq",), auto_rank=3,
                  engine_args=True)
     fams = dict(engines.families(), toyllm=toy)
-    monkeypatch.setattr(engines, "_families", fams)
+    monkeypatch.setattr(engines.family, "_families", fams)
     monkeypatch.setattr(llm, "installed", lambda name: name in ("toyllm", "transformers"))
     assert llm.family_for("auto", "q4_0") == "llamacpp"  # llama.cpp's own format
     assert llm.family_for("auto", "awq") == "toyllm"  # the plugin's
