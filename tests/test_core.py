@@ -214,8 +214,14 @@ unit: FLOP/s
 expect: {min: 1.0e8}
 """)
     res = vp.runpytest("--voiceperf", "-v", "--voiceperf-json", "o.json")
-    res.assert_outcomes(passed=2)
+    assert res.ret == 0  # nothing failed (an inconclusive case is unmeasured, not failed)
     doc = json.loads((vp.path / "o.json").read_text())
+    by = {r["claim"]: r for r in doc["results"]}
+    assert by["hw-mm"]["outcome"] == "passed", by["hw-mm"]["reason"]
+    # real memory on a shared VM: a CI run saw 2 of 54 copy/read repetitions at 3.0 among 0.84 (a second
+    # state of the machine), which the verdict calls bimodal and leaves inconclusive rather than pass
+    small = by["hw-small"]
+    assert small["outcome"] == "passed" or small["reason"].startswith("inconclusive: bimodal"), small["reason"]
     for r in doc["results"]:
         assert r["probes"]
         assert r["rounds"] >= 3 and len(r["round_values"]) == r["rounds"] and r["ci"][0] <= r["value"] <= r["ci"][1]
