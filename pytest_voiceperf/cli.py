@@ -189,9 +189,11 @@ def cmd_compare(args) -> int:
     except (ValueError, FileNotFoundError, OSError) as exc:
         print(exc, file=sys.stderr)
         return 2
-    waived = set(provenance.MACHINE_CHECKS) if args.allow_mismatch == "all" else \
-        {a.strip() for a in (args.allow_mismatch or "").split(",") if a.strip()}
-    bad = {k: v for k, v in provenance.machine_mismatches(old.provenance, new.provenance).items() if k not in waived}
+    try:
+        bad = provenance.machine_mismatches(old.provenance, new.provenance, args.allow_mismatch)
+    except ValueError as exc:
+        print(f"--allow-mismatch: {exc}", file=sys.stderr)
+        return 2
     if bad:
         print("refusing to compare runs of different machines: " + "; ".join(bad.values()) +
               f" (use --allow-mismatch {','.join(bad)} to compare anyway)", file=sys.stderr)

@@ -18,8 +18,6 @@ class Aggregate:
     values: dict[str, float]
     rounds: dict[str, list[float]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
-    implies: dict[str, float] = field(default_factory=dict)
-    invalid: str | None = None
 
 
 class Probed:
@@ -75,5 +73,5 @@ class Probed:
         info["round_records"] = self.records
         if self.dropped:
             info["dropped_rounds"] = self.dropped
-        self.aggregated = Aggregate(values, per_round, info, dict(last.implies), last.invalid)
+        self.aggregated = Aggregate(values, per_round, info)  # (a round's implies and invalid were checked in it)
         return self.aggregated

@@ -208,8 +208,17 @@ def packages_match() -> list[str]:
     return ["torch", *engine_packages()]
 
 
-def machine_mismatches(old: Prov, new: Prov) -> dict[str, str]:
-    """check name (MACHINE_CHECKS) -> why the two runs' machines differ; files without a field pass."""
+def machine_mismatches(old: Prov, new: Prov, allow: str | None = None) -> dict[str, str]:
+    """check name (MACHINE_CHECKS) -> why the two runs' machines differ; files without a field pass.
+    ``allow``: the checks waived ("gpu,cpu_model" or "all"; an unknown name is a ValueError)."""
+    waived = set(MACHINE_CHECKS) if allow == "all" else {a.strip() for a in (allow or "").split(",") if a.strip()}
+    if waived - set(MACHINE_CHECKS):
+        raise ValueError(f"unknown check(s) {', '.join(sorted(waived - set(MACHINE_CHECKS)))}; "
+                         f"the checks are {', '.join(MACHINE_CHECKS)}")
+    return {k: v for k, v in _machine_mismatches(old, new).items() if k not in waived}
+
+
+def _machine_mismatches(old: Prov, new: Prov) -> dict[str, str]:
     o, n = provenance_of(old), provenance_of(new)
     out = {}
     diff = [f"{k}: {getattr(o, k)!r} vs {getattr(n, k)!r}" for k in ("device_name", "device")
@@ -230,7 +239,7 @@ def machine_mismatches(old: Prov, new: Prov) -> dict[str, str]:
 def mismatches(old: Prov, new: Prov) -> list[str]:
     """Why two runs are not one setup (merge): the machine, engine versions, dummy vs real weights."""
     o, n = provenance_of(old), provenance_of(new)
-    out = list(machine_mismatches(o, n).values())
+    out = list(_machine_mismatches(o, n).values())
     for k in packages_match():
         if k in o.packages and k in n.packages and o.packages[k] != n.packages[k]:
             out.append(f"{k} version: {o.packages[k]} vs {n.packages[k]}")

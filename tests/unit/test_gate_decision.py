@@ -2,6 +2,8 @@
 the correction for the figures this run compares and the looks at them."""
 from types import SimpleNamespace
 
+import pytest
+
 from pytest_voiceperf.explain import explain_probe
 from pytest_voiceperf.gate import Gate
 from pytest_voiceperf.provenance import changes, machine_mismatches
@@ -46,6 +48,11 @@ def test_the_machine_must_match_and_software_is_listed():
     assert machine_mismatches(h100, dict(h100)) == {}
     assert set(machine_mismatches(h100, dict(h100, device_name="NVIDIA H200", cpu_model="EPYC"))) == {"gpu",
                                                                                                       "cpu_model"}
+    # waived by name (pytest's --voiceperf-allow-mismatch and compare's --allow-mismatch alike); a typo is refused
+    h200 = dict(h100, device_name="NVIDIA H200", cpu_model="EPYC")
+    assert set(machine_mismatches(h100, h200, "gpu")) == {"cpu_model"} and machine_mismatches(h100, h200, "all") == {}
+    with pytest.raises(ValueError, match=r"unknown check\(s\) gpus; the checks are gpu, cpu_model, cpu_isa"):
+        machine_mismatches(h100, h200, "gpus")
     old = dict(h100, packages={"vllm": "0.24.0", "torch": "2.11.0"}, driver="580.1")
     new = dict(h100, packages={"vllm": "0.25.0", "torch": "2.11.0"}, driver="590.2")
     assert changes(old, new) == ["vllm 0.24.0 -> 0.25.0", "driver 580.1 -> 590.2"]
